@@ -1,0 +1,35 @@
+// The subcommands of loom_tool, the C++ half of the `loom` command line.
+//
+// Each subcommand lives in its own cmd_<name>.cc, parses its own flags with
+// FlagParser (flags.h) and returns the process exit code: 0 success, 1 the
+// work failed (bad input file, no driver, ...), 2 usage error. Errors go to
+// stderr as one readable line; results go to stdout (a table, or JSON with
+// --json). The Python front end (`./loom`, `python3 -m loom`) forwards these
+// subcommands here after turning PyTorch snapshots into loom traces.
+#ifndef LOOM_CLI_COMMANDS_H_
+#define LOOM_CLI_COMMANDS_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace loom::cli {
+
+using Args = std::vector<std::string>;
+
+struct Command {
+  std::string_view name;
+  std::string_view summary;
+  int (*run)(const Args& args);
+};
+
+int RunInfo(const Args& args);
+
+// The table main() dispatches on, in the order `loom_tool --help` lists them.
+inline constexpr Command kCommands[] = {
+    {"info", "backend, devices, granularity, total and free memory", RunInfo},
+};
+
+}  // namespace loom::cli
+
+#endif  // LOOM_CLI_COMMANDS_H_

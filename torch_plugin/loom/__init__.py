@@ -1,0 +1,8 @@
+"""loom: a planned, virtual-memory GPU allocator for PyTorch training.
+
+The package imports torch lazily: everything that does not need a GPU
+(trace import, analysis, planning, comparison, the command line) works on a
+machine without torch or CUDA.
+"""
+
+__version__ = "0.1.0"

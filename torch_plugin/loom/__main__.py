@@ -1,0 +1,8 @@
+"""`python3 -m loom <subcommand>`: the same command line as `./loom`."""
+
+import sys
+
+from loom.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
