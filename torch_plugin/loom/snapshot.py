@@ -1,0 +1,246 @@
+"""Safe loading of PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot`).
+
+A snapshot is a pickle of plain data (dicts, lists, tuples, strings, ints,
+floats, bools, None). It is loaded with a restricted unpickler that refuses
+every global and persistent id, so no code in the file can run and no
+object other than plain data can come out; then its structure is checked
+before anything uses it. Every failure is a `SnapshotError` whose message
+names the file and the place (`device_traces[0][17]: ...`).
+
+Schema used by loom (research/vmm_anchors.md §3.3):
+  {"device_traces": [[entry, ...] per device],
+   "segments": [{"device", "address", "stream", "blocks": [
+       {"address", "size", "requested_size", "state"}, ...]}, ...], ...}
+  entry = {"action", "addr", "size", "stream", "time_us", "frames", ...}
+`addr`, `size` and `stream` are required for alloc/free_requested/
+free_completed entries and type-checked wherever present. Legacy blocks
+without `address` are placed like the PyTorch visualizer does (segment
+address plus the sizes of the blocks before them); without `requested_size`
+the block's `size` is used.
+"""
+
+import io
+import pickle
+
+MAX_SIZE = 1 << 50          # bytes; anything larger is corrupt input
+MAX_ADDRESS = (1 << 64) - 1
+MAX_DEVICE = 32767
+BLOCK_ACTIONS = ("alloc", "free_requested", "free_completed")
+ACTIVE_STATES = ("active_allocated", "active_pending_free")
+_PLAIN_TYPES = (dict, list, tuple, str, bytes, int, float, bool, type(None))
+
+
+class SnapshotError(ValueError):
+    """A snapshot file cannot be used; the message says which and why."""
+
+
+def is_snapshot_file(path):
+    """True when `path` is a regular file that starts with a pickle protocol
+    header (PROTO opcode, protocol 2..5), as every `_dump_snapshot` file
+    does. Decided by content, not by the file name."""
+    try:
+        with open(path, "rb") as source:
+            head = source.read(2)
+    except OSError:
+        return False
+    return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Refuses every global (classes, functions) and persistent id."""
+
+    def __init__(self, data, source):
+        self.stream = io.BytesIO(data)
+        super().__init__(self.stream)
+        self._source = source
+
+    def find_class(self, module, name):
+        raise SnapshotError(
+            f"{self._source}: refused global '{module}.{name}': a memory "
+            f"snapshot holds plain data only, so this file is not one (or "
+            f"was tampered with); it is not loaded")
+
+    def persistent_load(self, pid):
+        raise SnapshotError(f"{self._source}: refused persistent id "
+                            f"{str(pid)[:60]!r}: a memory snapshot holds "
+                            f"plain data only")
+
+
+def _check_plain(obj, source):
+    """Walks `obj` (iteratively, each object once) and refuses anything but
+    plain types; e.g. sets or bytearrays, which the unpickler builds without
+    asking find_class."""
+    seen = set()
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if type(item) not in _PLAIN_TYPES:
+            raise SnapshotError(f"{source}: refused object of type "
+                                f"{type(item).__name__}: a memory snapshot "
+                                f"holds plain data only")
+        if isinstance(item, (dict, list, tuple)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, dict):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            else:
+                stack.extend(item)
+
+
+def loads_snapshot(data, source="<bytes>"):
+    """Unpickles and validates snapshot bytes. `source` names the input in
+    errors. Returns the top-level dict."""
+    if not data:
+        raise SnapshotError(f"{source}: empty file, not a memory snapshot")
+    unpickler = _RestrictedUnpickler(data, source)
+    try:
+        snapshot = unpickler.load()
+    except SnapshotError:
+        raise
+    except Exception as error:  # pylint: disable=broad-except
+        # Truncated or corrupt pickles raise many kinds of error from inside
+        # the unpickler (EOFError, UnpicklingError, ValueError, TypeError,
+        # MemoryError...): all mean the same thing to the user.
+        reason = str(error) or type(error).__name__
+        if isinstance(error, EOFError):
+            reason = "the data ends early (truncated file)"
+        raise SnapshotError(f"{source}: not a readable pickle: "
+                            f"{reason}") from None
+    consumed = unpickler.stream.tell()
+    if consumed != len(data):
+        raise SnapshotError(f"{source}: {len(data) - consumed} unexpected "
+                            f"bytes after the end of the pickle (byte "
+                            f"offset {consumed})")
+    _check_plain(snapshot, source)
+    validate_snapshot(snapshot, source)
+    return snapshot
+
+
+def load_snapshot(path):
+    """Reads, unpickles (restricted) and validates the snapshot at `path`."""
+    try:
+        with open(path, "rb") as source:
+            data = source.read()
+    except OSError as error:
+        raise SnapshotError(f"{path}: cannot read: {error.strerror}") from None
+    return loads_snapshot(data, str(path))
+
+
+# ----------------------------------------------------------------- structure
+
+def _fail(source, where, what):
+    raise SnapshotError(f"{source}: {where}: {what}")
+
+
+def _describe(value):
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _get_int(source, where, record, key, low, high, required=True,
+             default=None):
+    if key not in record:
+        if required:
+            _fail(source, where, f"missing key '{key}'")
+        return default
+    value = record[key]
+    if type(value) is not int:  # bool is an int subclass: refused too
+        _fail(source, where, f"'{key}' is {_describe(value)}, expected an "
+              f"integer")
+    if not low <= value <= high:
+        _fail(source, where, f"'{key}' is {value}, outside {low}..{high}")
+    return value
+
+
+def _get_str(source, where, record, key):
+    if key not in record:
+        _fail(source, where, f"missing key '{key}'")
+    value = record[key]
+    if type(value) is not str:
+        _fail(source, where, f"'{key}' is {_describe(value)}, expected a "
+              f"string")
+    return value
+
+
+def _get_list(source, where, record, key):
+    if key not in record:
+        _fail(source, where, f"missing key '{key}'")
+    value = record[key]
+    if type(value) is not list:
+        _fail(source, where, f"'{key}' is {_describe(value)}, expected a "
+              f"list")
+    return value
+
+
+def _check_entry(source, where, entry):
+    if type(entry) is not dict:
+        _fail(source, where, f"trace entry is {_describe(entry)}, expected "
+              f"a dict")
+    action = _get_str(source, where, entry, "action")
+    required = action in BLOCK_ACTIONS
+    _get_int(source, where, entry, "addr", 0, MAX_ADDRESS, required)
+    _get_int(source, where, entry, "size", 0, MAX_SIZE, required)
+    _get_int(source, where, entry, "stream", 0, MAX_ADDRESS, required)
+
+
+def validate_snapshot(snapshot, source="<snapshot>"):
+    """Checks the structure loom relies on (see the module docstring) and
+    fills in legacy block fields (`address`, `requested_size`) in place.
+    Raises SnapshotError naming the first problem."""
+    if type(snapshot) is not dict:
+        raise SnapshotError(f"{source}: top level is {_describe(snapshot)}, "
+                            f"expected a dict with 'device_traces' and "
+                            f"'segments' (a torch.cuda.memory._snapshot())")
+    traces = _get_list(source, "top level", snapshot, "device_traces")
+    segments = _get_list(source, "top level", snapshot, "segments")
+    if len(traces) > MAX_DEVICE + 1:
+        _fail(source, "device_traces", f"{len(traces)} devices, more than "
+              f"{MAX_DEVICE + 1}")
+    for device, trace in enumerate(traces):
+        if type(trace) is not list:
+            _fail(source, f"device_traces[{device}]",
+                  f"is {_describe(trace)}, expected a list of entries")
+        for index, entry in enumerate(trace):
+            _check_entry(source, f"device_traces[{device}][{index}]", entry)
+    for number, segment in enumerate(segments):
+        where = f"segments[{number}]"
+        if type(segment) is not dict:
+            _fail(source, where, f"is {_describe(segment)}, expected a dict")
+        _get_int(source, where, segment, "device", 0, MAX_DEVICE)
+        address = _get_int(source, where, segment, "address", 0, MAX_ADDRESS)
+        _get_int(source, where, segment, "stream", 0, MAX_ADDRESS)
+        for index, block in enumerate(
+                _get_list(source, where, segment, "blocks")):
+            block_where = f"{where}.blocks[{index}]"
+            if type(block) is not dict:
+                _fail(source, block_where, f"is {_describe(block)}, "
+                      f"expected a dict")
+            size = _get_int(source, block_where, block, "size", 0, MAX_SIZE)
+            _get_str(source, block_where, block, "state")
+            block["address"] = _get_int(source, block_where, block,
+                                        "address", 0, MAX_ADDRESS,
+                                        required=False, default=address)
+            block["requested_size"] = _get_int(
+                source, block_where, block, "requested_size", 0, MAX_SIZE,
+                required=False, default=size)
+            address = block["address"] + size
+
+
+def active_blocks(snapshot, device):
+    """[(address, requested_size, stream)] of the blocks live at the dump
+    (state active_allocated or active_pending_free) on `device`, by address.
+    REQUIRES: `snapshot` passed validate_snapshot."""
+    blocks = []
+    for segment in snapshot["segments"]:
+        if segment["device"] != device:
+            continue
+        for block in segment["blocks"]:
+            if block["state"] in ACTIVE_STATES:
+                blocks.append((block["address"], block["requested_size"],
+                               segment["stream"]))
+    blocks.sort()
+    return blocks
