@@ -40,10 +40,14 @@ def is_snapshot_file(path):
     does. Decided by content, not by the file name."""
     try:
         with open(path, "rb") as source:
-            head = source.read(2)
+            return has_pickle_header(source.read(2))
     except OSError:
         return False
-    return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+def has_pickle_header(data):
+    """True when `data` starts with a PROTO opcode for protocol 2..5."""
+    return len(data) >= 2 and data[0] == 0x80 and 2 <= data[1] <= 5
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
@@ -94,6 +98,10 @@ def loads_snapshot(data, source="<bytes>"):
     errors. Returns the top-level dict."""
     if not data:
         raise SnapshotError(f"{source}: empty file, not a memory snapshot")
+    if not has_pickle_header(data):
+        raise SnapshotError(f"{source}: not a memory snapshot: it does not "
+                            f"start with a pickle protocol header (0x80 and "
+                            f"a protocol 2..5)")
     unpickler = _RestrictedUnpickler(data, source)
     try:
         snapshot = unpickler.load()
