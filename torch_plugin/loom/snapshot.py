@@ -2,9 +2,9 @@
 
 A snapshot is a pickle of plain data (dicts, lists, tuples, strings, ints,
 floats, bools, None). It is loaded with a restricted unpickler that refuses
-every global and persistent id, so no code in the file can run and no
-object other than plain data can come out; then its structure is checked
-before anything uses it. Every failure is a `SnapshotError` whose message
+every global, persistent id and opcode that is not plain data, so no code
+in the file can run and nothing but plain data (those types and bytes) can
+come out; then its structure is checked before anything uses it. Every failure is a `SnapshotError` whose message
 names the file and the place (`device_traces[0][17]: ...`).
 
 Schema used by loom (research/vmm_anchors.md §3.3):
@@ -21,13 +21,13 @@ the block's `size` is used.
 
 import io
 import pickle
+import pickletools
 
 MAX_SIZE = 1 << 50          # bytes; anything larger is corrupt input
 MAX_ADDRESS = (1 << 64) - 1
 MAX_DEVICE = 32767
 BLOCK_ACTIONS = ("alloc", "free_requested", "free_completed")
 ACTIVE_STATES = ("active_allocated", "active_pending_free")
-_PLAIN_TYPES = (dict, list, tuple, str, bytes, int, float, bool, type(None))
 
 
 class SnapshotError(ValueError):
@@ -50,47 +50,66 @@ def has_pickle_header(data):
     return len(data) >= 2 and data[0] == 0x80 and 2 <= data[1] <= 5
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
-    """Refuses every global (classes, functions) and persistent id."""
+# Opcodes that build plain data, plus the ones that ask find_class or
+# persistent_load (which refuse, naming what was asked for). Every other
+# opcode (REDUCE, BUILD, OBJ, NEWOBJ, EXT*, sets, bytearrays, out-of-band
+# buffers) is refused by name before it runs.
+_ALLOWED_OPCODES = frozenset("""
+    PROTO FRAME STOP MARK POP POP_MARK DUP NONE NEWTRUE NEWFALSE
+    INT BININT BININT1 BININT2 LONG LONG1 LONG4 FLOAT BINFLOAT
+    STRING BINSTRING SHORT_BINSTRING BINBYTES SHORT_BINBYTES BINBYTES8
+    UNICODE BINUNICODE SHORT_BINUNICODE BINUNICODE8
+    EMPTY_LIST APPEND APPENDS LIST EMPTY_TUPLE TUPLE TUPLE1 TUPLE2 TUPLE3
+    EMPTY_DICT DICT SETITEM SETITEMS
+    GET BINGET LONG_BINGET PUT BINPUT LONG_BINPUT MEMOIZE
+    GLOBAL STACK_GLOBAL INST PERSID BINPERSID
+""".split())
+
+
+def _refuse_opcode(name, code):
+    def refuse(unpickler):
+        if name is None:
+            raise SnapshotError(f"{unpickler.source}: not a readable pickle: "
+                                f"invalid opcode byte {code:#04x}")
+        raise SnapshotError(
+            f"{unpickler.source}: refused pickle opcode {name} (byte "
+            f"{code:#04x}): a memory snapshot holds plain data only")
+    return refuse
+
+
+def _restricted_dispatch():
+    names = {ord(op.code): op.name for op in pickletools.opcodes}
+    plain = pickle._Unpickler.dispatch  # pylint: disable=protected-access
+    return {code: plain[code] if names.get(code) in _ALLOWED_OPCODES
+            else _refuse_opcode(names.get(code), code)
+            for code in range(256)}
+
+
+class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-access
+    """Refuses every global (classes, functions), persistent id and opcode
+    that could build anything but plain data.
+
+    Built on the pure-Python unpickler: its memo is a dict, so a corrupt
+    PUT index cannot make it allocate gigabytes (the C unpickler grows an
+    array to the index), and its dispatch table can be restricted."""
+
+    dispatch = _restricted_dispatch()
 
     def __init__(self, data, source):
         self.stream = io.BytesIO(data)
         super().__init__(self.stream)
-        self._source = source
+        self.source = source
 
     def find_class(self, module, name):
         raise SnapshotError(
-            f"{self._source}: refused global '{module}.{name}': a memory "
+            f"{self.source}: refused global '{module}.{name}': a memory "
             f"snapshot holds plain data only, so this file is not one (or "
             f"was tampered with); it is not loaded")
 
     def persistent_load(self, pid):
-        raise SnapshotError(f"{self._source}: refused persistent id "
+        raise SnapshotError(f"{self.source}: refused persistent id "
                             f"{str(pid)[:60]!r}: a memory snapshot holds "
                             f"plain data only")
-
-
-def _check_plain(obj, source):
-    """Walks `obj` (iteratively, each object once) and refuses anything but
-    plain types; e.g. sets or bytearrays, which the unpickler builds without
-    asking find_class."""
-    seen = set()
-    stack = [obj]
-    while stack:
-        item = stack.pop()
-        if type(item) not in _PLAIN_TYPES:
-            raise SnapshotError(f"{source}: refused object of type "
-                                f"{type(item).__name__}: a memory snapshot "
-                                f"holds plain data only")
-        if isinstance(item, (dict, list, tuple)):
-            if id(item) in seen:
-                continue
-            seen.add(id(item))
-            if isinstance(item, dict):
-                stack.extend(item.keys())
-                stack.extend(item.values())
-            else:
-                stack.extend(item)
 
 
 def loads_snapshot(data, source="<bytes>"):
@@ -112,6 +131,8 @@ def loads_snapshot(data, source="<bytes>"):
         # the unpickler (EOFError, UnpicklingError, ValueError, TypeError,
         # MemoryError...): all mean the same thing to the user.
         reason = str(error) or type(error).__name__
+        if not isinstance(error, pickle.UnpicklingError):
+            reason = f"{type(error).__name__}: {reason}"
         if isinstance(error, EOFError):
             reason = "the data ends early (truncated file)"
         raise SnapshotError(f"{source}: not a readable pickle: "
@@ -121,7 +142,6 @@ def loads_snapshot(data, source="<bytes>"):
         raise SnapshotError(f"{source}: {len(data) - consumed} unexpected "
                             f"bytes after the end of the pickle (byte "
                             f"offset {consumed})")
-    _check_plain(snapshot, source)
     validate_snapshot(snapshot, source)
     return snapshot
 

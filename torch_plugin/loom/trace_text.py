@@ -365,7 +365,7 @@ def parse_trace(text, source="<text>"):
     checker = _Checker()
     stage = -1  # -1: magic; 0..3: header line _HEADER_KEYS[stage]; 4: events
     trailer_line = None
-    line_number = 0
+    line_number = last_line = 1
     try:
         for line_number, line in enumerate(text.split("\n"), start=1):
             if line.endswith("\r"):
@@ -373,6 +373,7 @@ def parse_trace(text, source="<text>"):
             stripped = line.strip(" \t")
             if not stripped or stripped.startswith("#"):
                 continue
+            last_line = line_number
             if trailer_line is not None:
                 raise _LineError(f"content after the 'end' trailer (line "
                                  f"{trailer_line})")
@@ -413,7 +414,7 @@ def parse_trace(text, source="<text>"):
         else:
             what = (f"truncated: no 'end' trailer after "
                     f"{len(trace.events)} events")
-        raise TraceError(f"{source}:{line_number}: {what}")
+        raise TraceError(f"{source}:{last_line}: {what}")
     return trace
 
 
