@@ -144,7 +144,8 @@ def convert_snapshot(snapshot, device=None, source="<snapshot>"):
         else:
             pre_live.append(_Request(addr, requested, stream, None))
     active_addresses = {addr for addr, _, _ in active}
-    not_active = sum(1 for addr in live if addr not in active_addresses)
+    not_active = sum(1 for addr, request in live.items()
+                     if addr not in active_addresses and not request.skip)
 
     events, addresses = [], {}
     zero_skipped = sum(1 for r in pre_freed + pre_live if r.skip) + sum(
