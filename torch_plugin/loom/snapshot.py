@@ -133,7 +133,7 @@ def loads_snapshot(data, source="<bytes>"):
         reason = str(error) or type(error).__name__
         if not isinstance(error, pickle.UnpicklingError):
             reason = f"{type(error).__name__}: {reason}"
-        if isinstance(error, EOFError):
+        if isinstance(error, EOFError) or "exhausted before end" in reason:
             reason = "the data ends early (truncated file)"
         raise SnapshotError(f"{source}: not a readable pickle: "
                             f"{reason}") from None

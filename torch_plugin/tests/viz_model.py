@@ -7,6 +7,7 @@ Allocator State History replay, which walks the trace backwards from the
 final `segments` and dereferences the segment of every live block (a block
 outside every segment crashes the page)."""
 
+import bisect
 import pickletools
 
 # The opcodes MemoryViz.js's unpickle() implements (it throws on others)
@@ -65,59 +66,100 @@ def check_alloc_data(snapshot, device):
     assert active == live
 
 
-def _find(segments, addr):
-    for segment in segments:
-        if segment["addr"] <= addr < segment["addr"] + segment["size"]:
-            return segment
-    return None
+class _Segments:
+    """Segments by start address: start -> size, with sorted starts."""
+
+    def __init__(self, pairs):
+        self.size = dict(pairs)
+        self.starts = sorted(self.size)
+
+    def find(self, addr):
+        """(start, size) of the segment holding `addr`, or None."""
+        k = bisect.bisect_right(self.starts, addr) - 1
+        if k >= 0 and addr < self.starts[k] + self.size[self.starts[k]]:
+            return self.starts[k], self.size[self.starts[k]]
+        return None
+
+    def remove(self, start):
+        del self.size[start]
+        del self.starts[bisect.bisect_left(self.starts, start)]
+
+    def put(self, start, size):
+        if start not in self.size:
+            bisect.insort(self.starts, start)
+        self.size[start] = size
+
+
+class _Blocks:
+    """Live blocks by address, sorted, for range queries."""
+
+    def __init__(self, blocks):
+        self.size = dict(blocks)
+        self.starts = sorted(self.size)
+
+    def add(self, addr, size, segments):
+        assert addr not in self.size
+        segment = segments.find(addr)
+        assert segment is not None, f"block {addr:#x} is in no segment"
+        assert addr + size <= segment[0] + segment[1]
+        self.size[addr] = size
+        bisect.insort(self.starts, addr)
+
+    def remove(self, addr):
+        del self.size[addr]
+        del self.starts[bisect.bisect_left(self.starts, addr)]
+
+    def check_range_empty(self, lo, hi):
+        """No live block may touch [lo, hi), which stops being mapped."""
+        k = bisect.bisect_left(self.starts, lo)
+        assert k == len(self.starts) or self.starts[k] >= hi, \
+            f"block {self.starts[k]:#x} loses its segment"
+        if k > 0:
+            before = self.starts[k - 1]
+            assert before + self.size[before] <= lo, \
+                f"block {before:#x} loses its segment"
 
 
 def check_state_history(snapshot, device):
     """Replays the trace backwards like MemoryView.simulate_memory and
-    checks, at every event, that each live block lies inside a segment."""
-    segments = [{"addr": s["address"], "size": s["total_size"]}
-                for s in snapshot["segments"] if s["device"] == device]
-    blocks = {b["address"]: b["size"] for s in snapshot["segments"]
-              if s["device"] == device for b in s["blocks"]
-              if b["state"] in ("active_allocated", "active_pending_free")}
+    checks that at every event each live block lies inside one segment:
+    checked when a block appears and when a segment shrinks or goes."""
+    segments = _Segments((s["address"], s["total_size"])
+                         for s in snapshot["segments"] if s["device"] == device)
+    assert len(segments.starts) == sum(
+        1 for s in snapshot["segments"] if s["device"] == device)
+    blocks = _Blocks([])
+    for s in snapshot["segments"]:
+        if s["device"] == device:
+            for b in s["blocks"]:
+                if b["state"] in ("active_allocated", "active_pending_free"):
+                    blocks.add(b["address"], b["size"], segments)
     events = _fold_frees(snapshot["device_traces"][device])
     for event in reversed(events):
-        _check_inside(segments, blocks)
         action, addr, size = event["action"], event["addr"], event["size"]
         if action in ("free", "free_completed"):
-            blocks[addr] = size
+            blocks.add(addr, size, segments)
         elif action == "free_requested":
-            assert addr in blocks
+            assert addr in blocks.size
         elif action == "alloc":
-            del blocks[addr]
+            blocks.remove(addr)
         elif action == "segment_alloc":
-            matches = [s for s in segments if s["addr"] == addr]
-            assert len(matches) == 1 and matches[0]["size"] == size
-            segments.remove(matches[0])
+            assert segments.size.get(addr) == size
+            segments.remove(addr)
+            blocks.check_range_empty(addr, addr + size)
         elif action == "segment_map":
-            existing = _find(segments, addr)
+            existing = segments.find(addr)
             assert existing is not None
-            end, existing_end = addr + size, existing["addr"] + existing["size"]
+            start, existing_end = existing[0], existing[0] + existing[1]
+            end = addr + size
             assert end <= existing_end
-            if existing["addr"] == addr:
-                existing["addr"] += size
-                existing["size"] -= size
-                if existing["size"] == 0:
-                    segments.remove(existing)
-            elif existing_end == end:
-                existing["size"] -= size
-            else:
-                existing["size"] = addr - existing["addr"]
-                segments.append({"addr": end, "size": existing_end - end})
-    _check_inside(segments, blocks)
-    assert not blocks  # everything was allocated in the history
-
-
-def _check_inside(segments, blocks):
-    for addr, size in blocks.items():
-        segment = _find(segments, addr)
-        assert segment is not None, hex(addr)
-        assert addr + size <= segment["addr"] + segment["size"]
+            segments.remove(start)
+            if start < addr:
+                segments.put(start, addr - start)
+            if end < existing_end:
+                segments.put(end, existing_end - end)
+            blocks.check_range_empty(addr, end)
+    assert not blocks.size  # everything was allocated in the history
 
 
 def check_all(data, snapshot):
