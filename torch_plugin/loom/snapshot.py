@@ -1,11 +1,12 @@
-"""Safe loading of PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot`).
+"""Safe loading of PyTorch memory snapshots (torch.cuda.memory._dump_snapshot).
 
 A snapshot is a pickle of plain data (dicts, lists, tuples, strings, ints,
 floats, bools, None). It is loaded with a restricted unpickler that refuses
 every global, persistent id and opcode that is not plain data, so no code
 in the file can run and nothing but plain data (those types and bytes) can
-come out; then its structure is checked before anything uses it. Every failure is a `SnapshotError` whose message
-names the file and the place (`device_traces[0][17]: ...`).
+come out; then its structure is checked before anything uses it. Every
+failure is a `SnapshotError` whose message names the file and the place
+(`device_traces[0][17]: ...`).
 
 Schema used by loom (research/vmm_anchors.md §3.3):
   {"device_traces": [[entry, ...] per device],
@@ -85,7 +86,8 @@ def _restricted_dispatch():
             for code in range(256)}
 
 
-class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-access
+# pylint: disable-next=protected-access
+class _RestrictedUnpickler(pickle._Unpickler):
     """Refuses every global (classes, functions), persistent id and opcode
     that could build anything but plain data.
 

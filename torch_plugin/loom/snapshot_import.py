@@ -52,7 +52,8 @@ class _Request:
     __slots__ = ("addr", "size", "stream", "entry", "skip", "id")
 
     def __init__(self, addr, size, stream, entry):
-        self.addr, self.size, self.stream, self.entry = addr, size, stream, entry
+        self.addr, self.size, self.stream = addr, size, stream
+        self.entry = entry
         self.skip = size == 0
         self.id = None
 

@@ -285,7 +285,8 @@ def _tokenize(line):
                 raw.append(int(digits, 16))
                 pos += 4
             else:
-                raise _LineError(f"unknown escape '\\{escape}' in quoted string")
+                raise _LineError(f"unknown escape '\\{escape}' in quoted "
+                                 f"string")
         if pos < length and line[pos] not in " \t":
             raise _LineError("quoted string must be followed by a space")
         try:

@@ -162,7 +162,8 @@ def test_zero_size_blocks_are_skipped_with_their_frees():
 
 def test_tolerated_oddities_are_warned_about():
     snap = sf.snapshot(
-        [[sf.entry("alloc", 0x1000, 100), sf.entry("free_completed", 0x1000, 120),
+        [[sf.entry("alloc", 0x1000, 100),
+          sf.entry("free_completed", 0x1000, 120),
           sf.entry("alloc", 0x2000, 100), sf.entry("alloc", 0x3000, 10)]],
         [sf.segment(0x2000, [sf.block(0x2000, 512, "active_allocated", 90)])])
     result = _import(snap)

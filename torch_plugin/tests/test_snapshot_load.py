@@ -18,7 +18,8 @@ class Custom:  # pickled by reference to its class: must be refused
 
 def _small():
     return sf.snapshot(
-        [[sf.entry("alloc", 0x1000, 100), sf.entry("free_requested", 0x1000, 100),
+        [[sf.entry("alloc", 0x1000, 100),
+          sf.entry("free_requested", 0x1000, 100),
           sf.entry("free_completed", 0x1000, 100),
           sf.entry("segment_alloc", 0x1000, 2 << 20)]],
         [sf.segment(0x1000, [sf.block(0x1000, 512, "active_allocated", 100),
