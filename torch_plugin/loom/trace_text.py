@@ -48,11 +48,12 @@ class TraceError(ValueError):
     """A trace file or object breaks the format; the message says where."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Event:
     """One trace event. `id` is the request id (alloc/free) or the iteration
     number (iter_begin/iter_end); `name` is the phase or module name;
-    `dynamic` flags a module_enter whose allocation sizes vary."""
+    `dynamic` flags a module_enter whose allocation sizes vary. Not frozen
+    (frozen dataclasses are slow to build); treat events as values."""
     kind: str
     id: int = 0
     size: int = 0
@@ -235,9 +236,19 @@ def _number(token, what, low=0, high=MAX_U64):
     return value
 
 
+class _Quoted(str):
+    """A token that was a quoted string (bare tokens are plain str)."""
+
+
+_BLANKS = re.compile(r"[ \t]+")
+
+
 def _tokenize(line):
-    """Splits a line into tokens; quoted strings become ('q', text) pairs,
-    bare tokens ('b', text)."""
+    """Splits a line into tokens: bare tokens are str, quoted strings
+    _Quoted (unescaped)."""
+    stripped = line.strip(" \t")
+    if '"' not in stripped and "\\" not in stripped:
+        return _BLANKS.split(stripped)  # the common case, fast
     tokens = []
     pos, length = 0, len(line)
     while True:
@@ -253,7 +264,7 @@ def _tokenize(line):
                         f"unexpected {line[pos]!r} in token "
                         f"{line[start:].split()[0]!r} (quote the name)")
                 pos += 1
-            tokens.append(("b", line[start:pos]))
+            tokens.append(line[start:pos])
             continue
         pos += 1
         raw = bytearray()
@@ -290,22 +301,22 @@ def _tokenize(line):
         if pos < length and line[pos] not in " \t":
             raise _LineError("quoted string must be followed by a space")
         try:
-            tokens.append(("q", raw.decode("utf-8")))
+            tokens.append(_Quoted(raw.decode("utf-8")))
         except UnicodeDecodeError:
             raise _LineError("quoted string is not valid UTF-8") from None
 
 
 def _bare(token, what):
-    if token[0] != "b":
+    if type(token) is _Quoted:
         raise _LineError(f"{what} must not be quoted")
-    return token[1]
+    return token
 
 
 def _parse_options(tokens, keyword):
     stream = device = None
-    for kind, text in tokens:
+    for text in tokens:
         key, sep, value = text.partition("=")
-        if kind != "b" or not sep or key not in ("s", "d"):
+        if type(text) is _Quoted or not sep or key not in ("s", "d"):
             raise _LineError(f"unexpected {text!r} after '{keyword}' "
                              f"(expected s=STREAM or d=DEVICE)")
         if key == "s":
@@ -348,13 +359,41 @@ def _parse_event(tokens):
         if len(args) not in (1, 2):
             raise _LineError("'me' needs a module name and optionally "
                              "'dynamic'")
-        if len(args) == 2 and args[1] != ("b", "dynamic"):
-            raise _LineError(f"unexpected {args[1][1]!r} after the module "
+        if len(args) == 2 and (args[1] != "dynamic" or
+                               type(args[1]) is _Quoted):
+            raise _LineError(f"unexpected {args[1]!r} after the module "
                              f"name (expected 'dynamic')")
-        return Event(kind, name=args[0][1], dynamic=len(args) == 2)
+        return Event(kind, name=str(args[0]), dynamic=len(args) == 2)
     if len(args) != 1:
         raise _LineError(f"'{keyword}' needs exactly one name")
-    return Event(kind, name=args[0][1])
+    return Event(kind, name=str(args[0]))
+
+
+_FAST_LINE = re.compile(
+    r"([af]) ([0-9]{1,20})(?: ([0-9]{1,16}))?(?: s=([0-9]{1,20}))?"
+    r"(?: d=([0-9]{1,5}))?")
+
+
+def _fast_event(stripped):
+    """The event of a canonical alloc/free line (as the writer writes it),
+    or None to take the general path (which also explains errors)."""
+    match = _FAST_LINE.fullmatch(stripped)
+    if match is None:
+        return None
+    keyword, request, size, stream, device = match.groups()
+    request = int(request)
+    stream = int(stream) if stream else 0
+    device = int(device) if device else 0
+    if request > MAX_U64 or stream > MAX_U64 or device > MAX_DEVICE:
+        return None
+    if keyword == "a":
+        if size is None or not 1 <= int(size) <= MAX_SIZE:
+            return None
+        return Event(ALLOC, id=request, size=int(size), stream=stream,
+                     device=device)
+    if size is not None:
+        return None
+    return Event(FREE, id=request, stream=stream, device=device)
 
 
 _HEADER_KEYS = ("device", "granularity", "provenance", "events")
@@ -378,9 +417,18 @@ def parse_trace(text, source="<text>"):
             if trailer_line is not None:
                 raise _LineError(f"content after the 'end' trailer (line "
                                  f"{trailer_line})")
+            if stage == 4:
+                event = _fast_event(stripped)
+                if event is not None:
+                    reason = checker.check(event)
+                    if reason:
+                        raise _LineError(reason)
+                    trace.events.append(event)
+                    continue
             tokens = _tokenize(line)
             if stage == -1:
-                if len(tokens) != 2 or tokens[0] != ("b", MAGIC):
+                if (len(tokens) != 2 or type(tokens[0]) is _Quoted or
+                        tokens[0] != MAGIC):
                     raise _LineError(f"not a loom text trace: expected "
                                      f"'{MAGIC} {VERSION}' as the first line")
                 version = _number(_bare(tokens[1], "version"), "version")
@@ -391,7 +439,7 @@ def parse_trace(text, source="<text>"):
             elif stage < 4:
                 _parse_header_line(trace, tokens, _HEADER_KEYS[stage])
                 stage += 1
-            elif tokens[0] == ("b", "end"):
+            elif tokens[0] == "end" and type(tokens[0]) is str:
                 if len(tokens) != 2:
                     raise _LineError("'end' needs exactly the event count")
                 count = _number(_bare(tokens[1], "count"), "event count")
@@ -420,9 +468,9 @@ def parse_trace(text, source="<text>"):
 
 
 def _parse_header_line(trace, tokens, key):
-    if tokens[0] != ("b", key):
+    if tokens[0] != key or type(tokens[0]) is _Quoted:
         raise _LineError(f"expected the '{key}' header line, got "
-                         f"{tokens[0][1]!r}")
+                         f"{str(tokens[0])!r}")
     if key == "events":
         if len(tokens) != 1:
             raise _LineError("'events' takes no value")
@@ -437,9 +485,9 @@ def _parse_header_line(trace, tokens, key):
         trace.granularity = _number(_bare(tokens[1], "granularity"),
                                     "granularity")
     else:
-        if tokens[1][0] != "q":
+        if type(tokens[1]) is not _Quoted:
             raise _LineError("provenance must be a quoted string")
-        trace.provenance = tokens[1][1]
+        trace.provenance = str(tokens[1])
 
 
 def read_trace(path):
