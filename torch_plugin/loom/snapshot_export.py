@@ -163,7 +163,8 @@ class _Device:
         self.emitted = set()           # alloc mode: emitted segment starts
         self.mapped = _Runs()          # granules with a segment event
         self.segment_stream = {}       # segment start granule -> stream
-        self.starts, self.live = [], {}  # live blocks: sorted starts, start->
+        self.starts = []               # live blocks' addresses, sorted
+        self.live = {}                 # address -> (end, request id, size)
         self.entries = []
 
     def place(self, event, addr):
@@ -277,11 +278,14 @@ def build_snapshot(trace, addresses=None, granularity=None,
         raise ExportError(f"segment mode {segment_mode!r} is not 'alloc' or "
                           f"'map'")
     granularity = granularity or trace.granularity or DEFAULT_GRANULARITY
+    if type(granularity) is not int or granularity < 1:
+        raise ExportError(f"granularity {granularity!r} is not a positive "
+                          f"integer")
     alloc_addresses = _alloc_addresses(trace, addresses)
     components = _components(trace, alloc_addresses, granularity)
     next_address = iter(alloc_addresses)
     devices = {}
-    where = {}  # request id -> (device, addr, size)
+    where = {}  # live request id -> (its _Device, addr, size)
     for time_us, event in enumerate(trace.events):
         if event.kind == trace_text.ALLOC:
             state = devices.get(event.device)

@@ -226,6 +226,8 @@ def test_bad_addresses_are_refused(addresses, error, message):
 def test_invalid_trace_and_mode_are_refused(tmp_path):
     with pytest.raises(trace_text.TraceError, match="free of request 3"):
         snapshot_export.build_snapshot(Trace(events=[Event.free(3)]))
+    with pytest.raises(ExportError, match="granularity -1 is not a positive"):
+        snapshot_export.build_snapshot(_small_trace(), granularity=-1)
     with pytest.raises(ExportError, match="segment mode 'x'"):
         snapshot_export.build_snapshot(_small_trace(), segment_mode="x")
     with pytest.raises(ExportError, match="cannot write"):
