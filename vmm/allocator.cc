@@ -357,8 +357,9 @@ StatusOr<DevicePtr> Allocator::TryStatic(const PlannedRequest& entry,
   const uint64_t last = (offset + size - 1) / granularity_;
   for (uint64_t k = first; k <= last; ++k) {
     Page& page = pool_.page(region_->page(static_cast<uint32_t>(k)));
-    if (page.arena_users != 0)
+    if (page.arena_users != 0) {
       return FailedPreconditionError("planned page lent to the arena");
+    }
     if (!StreamSafe(page, stream)) {
       return FailedPreconditionError("planned page busy on another stream");
     }
