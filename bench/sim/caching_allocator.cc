@@ -361,6 +361,12 @@ void CachingAllocator::ReleaseBlock(Block* block) {
 
 void CachingAllocator::EmptyCache() { ReleaseCachedBlocks(); }
 
+std::vector<std::pair<std::string, uint64_t>> CachingAllocator::Counters()
+    const {
+  if (!config_.expandable_segments) return {};
+  return {{"expandable_segments", expandable_segments_.size()}};
+}
+
 std::vector<CachingAllocator::SegmentInfo> CachingAllocator::Snapshot() const {
   std::vector<SegmentInfo> segments;
   for (const Block* head : all_blocks_) {

@@ -89,6 +89,8 @@ class CachingAllocator final : public SimAllocator {
   const DriverCalls& driver_calls() const override { return device_.calls(); }
   std::vector<AddressRange> MappedRanges() const override;
   Status CheckInvariants() const override;
+  // expandable mode: expandable_segments (live at the end).
+  std::vector<std::pair<std::string, uint64_t>> Counters() const override;
 
   // torch.cuda.memory_snapshot()'s segments, sorted by address.
   std::vector<SegmentInfo> Snapshot() const;

@@ -357,6 +357,13 @@ bool GmlakeAllocator::TryMerge(Block* dst, Block* src, Pool& pool) {
   return true;
 }
 
+std::vector<std::pair<std::string, uint64_t>> GmlakeAllocator::Counters()
+    const {
+  return {{"stitches", num_stitches_},
+          {"stitch_reuses", num_reuses_},
+          {"stitched_blocks", num_stitched_}};
+}
+
 void GmlakeAllocator::EmptyCache() {
   ReleaseCachedBlocks();
   GarbageCollectStitched();

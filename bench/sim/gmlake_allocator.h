@@ -100,6 +100,8 @@ class GmlakeAllocator final : public SimAllocator {
   const DriverCalls& driver_calls() const override { return device_.calls(); }
   std::vector<AddressRange> MappedRanges() const override;
   Status CheckInvariants() const override;
+  // stitches, stitch_reuses, stitched_blocks (live at the end).
+  std::vector<std::pair<std::string, uint64_t>> Counters() const override;
 
   // GMLake's round_size: 512 B units; above 1 MiB, 2 MiB units.
   static uint64_t RoundSize(uint64_t size);

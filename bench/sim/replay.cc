@@ -207,6 +207,7 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
   result.peak_allocated = result.stats.allocated_bytes.all().peak;
   result.peak_reserved = result.stats.reserved_bytes.all().peak;
   result.driver_calls = allocator.driver_calls();
+  result.counters = allocator.Counters();
   result.series = sampler.Take();
   return result;
 }

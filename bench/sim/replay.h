@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/sim/sim_allocator.h"
@@ -55,6 +56,7 @@ struct ReplayResult {
   std::string oom_message;
   MemoryStats stats;  // at the end of the replay
   DriverCalls driver_calls;
+  std::vector<std::pair<std::string, uint64_t>> counters;  // Counters()
   std::vector<MemorySample> series;
 
   // peak_requested / peak_reserved (STAlloc's memory efficiency E); 1 when

@@ -21,7 +21,9 @@
 #define LOOM_BENCH_SIM_SIM_ALLOCATOR_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bench/sim/device.h"
@@ -56,6 +58,12 @@ class SimAllocator {
 
   virtual const MemoryStats& stats() const = 0;
   virtual const DriverCalls& driver_calls() const = 0;
+
+  // Allocator-specific counters worth reporting (name, value), e.g. the
+  // stitches a GMLake-style allocator made. Empty by default.
+  virtual std::vector<std::pair<std::string, uint64_t>> Counters() const {
+    return {};
+  }
 
   // Address ranges currently backed by physical memory, sorted by address.
   virtual std::vector<AddressRange> MappedRanges() const = 0;
