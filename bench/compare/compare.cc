@@ -90,7 +90,9 @@ std::string HumanBytes(uint64_t bytes) {
 namespace {
 
 std::string Percent(double fraction) {
-  return fmt::format("{:.2f}%", 100.0 * fraction);
+  double percent = 100.0 * fraction;
+  if (percent > 0.0 && percent < 0.01) return fmt::format("{:.1e}%", percent);
+  return fmt::format("{:.2f}%", percent);
 }
 
 std::string CallsByKind(const DriverCalls& calls) {
