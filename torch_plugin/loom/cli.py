@@ -17,6 +17,11 @@ FORWARDED = {
     "info": "backend, devices, granularity, total and free memory",
 }
 
+# Forwarded to loom_tool after the front end handled options of its own.
+WRAPPED = {
+    "compare": "compare simulated allocators on a workload (--plot out.png)",
+}
+
 # Subcommands that exist but whose work has not landed yet.
 NOT_YET = {
     "demo": "compare allocators on the embedded workloads (table + plot)",
@@ -31,7 +36,8 @@ LAUNCHER_ONLY = {
 
 def usage():
     lines = ["usage: loom <subcommand> [options]", "", "subcommands:"]
-    for name, summary in {**LAUNCHER_ONLY, **FORWARDED, **NOT_YET}.items():
+    for name, summary in {**LAUNCHER_ONLY, **FORWARDED, **WRAPPED,
+                          **NOT_YET}.items():
         lines.append(f"  {name:<10} {summary}")
     lines += ["", "`loom <subcommand> --help` describes each one."]
     return "\n".join(lines) + "\n"
@@ -55,6 +61,9 @@ def main(argv=None):
     command, rest = argv[0], argv[1:]
     if command in FORWARDED:
         return run_tool([command, *rest])
+    if command == "compare":
+        from loom import compare_plot
+        return compare_plot.run(rest, run_tool)
     if command in NOT_YET:
         print(f"loom {command}: not yet available", file=sys.stderr)
         return 1
