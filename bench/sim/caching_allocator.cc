@@ -71,8 +71,11 @@ StatusOr<uint64_t> CachingAllocator::Malloc(uint64_t orig_size,
   if (!found) {
     found = AllocBlock(params, /*is_retry=*/false) ||
             (ReleaseAvailableCachedBlocks(params) &&
-             AllocBlock(params, /*is_retry=*/false)) ||
-            (ReleaseCachedBlocks(), AllocBlock(params, /*is_retry=*/true));
+             AllocBlock(params, /*is_retry=*/false));
+  }
+  if (!found) {
+    ReleaseCachedBlocks();  // empty_cache(), then one retry
+    found = AllocBlock(params, /*is_retry=*/true);
   }
   if (!found) {
     ++stats_.num_ooms;

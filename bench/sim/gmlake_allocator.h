@@ -34,7 +34,12 @@
 // request (actual_size), not the block size; reserved_bytes is the physical
 // memory of pBlocks and small segments; segment counts physical segments
 // (GMLake also counts each stitch, which this simulator reports apart as
-// stitched_blocks()).
+// stitched_blocks()). active* and inactive_split* are not maintained (0).
+//
+// Provenance: the rules above come from GMLake's code, not from the paper.
+// The paper's "four states" naming (exact fit / split / stitch / allocate
+// and stitch, via research/vmm_anchors.md §4) is a summary and unverified;
+// the simulator follows the code's order instead.
 //
 // Simplifications (documented, not verified against a run of GMLake):
 //  - The partial StitchFree GC on address-reservation failure (time <= 1
