@@ -28,6 +28,11 @@ PYTHON_COMMANDS = {
                         "loom.snapshot_cli", "run_export"),
 }
 
+# Forwarded to loom_tool after the front end handled options of its own.
+WRAPPED = {
+    "compare": "compare allocators on a workload (--plot out.png)",
+}
+
 # Subcommands that exist but whose work has not landed yet.
 NOT_YET = {
     "demo": "compare allocators on the embedded workloads (table + plot)",
@@ -43,7 +48,7 @@ LAUNCHER_ONLY = {
 def usage():
     lines = ["usage: loom <subcommand> [options]", "", "subcommands:"]
     python = {name: entry[0] for name, entry in PYTHON_COMMANDS.items()}
-    for name, summary in {**LAUNCHER_ONLY, **FORWARDED, **python,
+    for name, summary in {**LAUNCHER_ONLY, **FORWARDED, **WRAPPED, **python,
                           **NOT_YET}.items():
         lines.append(f"  {name:<16} {summary}")
     lines += ["", "`loom <subcommand> --help` describes each one."]
@@ -85,6 +90,9 @@ def main(argv=None):
     if command in PYTHON_COMMANDS:
         _, module, function = PYTHON_COMMANDS[command]
         return getattr(importlib.import_module(module), function)(rest)
+    if command == "compare":
+        from loom import compare_plot  # pylint: disable=import-outside-toplevel
+        return compare_plot.run(rest, lambda a: run_forwarded(a[0], a[1:]))
     if command in NOT_YET:
         print(f"loom {command}: not yet available", file=sys.stderr)
         return 1
