@@ -38,7 +38,8 @@ struct Buf {
 // iteration boundary.
 std::vector<Buf> MakeIteration(std::mt19937_64& rng) {
   std::vector<uint64_t> sizes = {512, 4096, 40000, kG, kG + 4096, 3 * kG / 2};
-  std::uniform_int_distribution<int> pick(0, static_cast<int>(sizes.size()) - 1);
+  std::uniform_int_distribution<int> pick(0,
+                                          static_cast<int>(sizes.size()) - 1);
   int layers = 3 + static_cast<int>(rng() % 4);
   std::vector<Buf> bufs;
   int64_t t = 0;
@@ -84,8 +85,9 @@ RuntimePlan ToPlan(const std::vector<Buf>& bufs, uint64_t peak) {
   RuntimePlan plan;
   plan.region_bytes = (peak + kG - 1) / kG * kG;
   std::vector<Buf> by_start = bufs;
-  std::stable_sort(by_start.begin(), by_start.end(),
-                   [](const Buf& a, const Buf& b) { return a.start < b.start; });
+  std::stable_sort(
+      by_start.begin(), by_start.end(),
+      [](const Buf& a, const Buf& b) { return a.start < b.start; });
   for (const Buf& b : by_start) {
     plan.iteration.push_back({b.size, b.offset, b.start, b.end});
     plan.period = std::max(plan.period, b.end);
@@ -184,7 +186,8 @@ class RandomRun {
     if (!host_) return;
     const uint8_t* p = reinterpret_cast<const uint8_t*>(l.ptr);
     for (uint64_t i = 0; i < l.size; i += 61) {
-      ASSERT_EQ(p[i], l.tag) << "allocation at " << l.ptr << " corrupted at byte " << i;
+      ASSERT_EQ(p[i], l.tag)
+          << "allocation at " << l.ptr << " corrupted at byte " << i;
     }
     ASSERT_EQ(p[l.size - 1], l.tag);
   }
@@ -204,7 +207,8 @@ class RandomRun {
     }
     Live l{*p, size, static_cast<uint8_t>(1 + rng_() % 254)};
     if (host_) std::memset(reinterpret_cast<void*>(l.ptr), l.tag, size);
-    if (Chance(5)) EXPECT_TRUE(allocator_->RecordStream(l.ptr, 0x5000 + rng_() % 3).ok());
+    if (Chance(5))
+      EXPECT_TRUE(allocator_->RecordStream(l.ptr, 0x5000 + rng_() % 3).ok());
     return l;
   }
 
@@ -266,7 +270,8 @@ class RandomRun {
         }
       }
       if (fake_ != nullptr && Chance(20)) fake_->CompleteEvents();
-      if (Chance(1)) ASSERT_TRUE(allocator_->EmptyCache().ok() || fake_ != nullptr);
+      if (Chance(1))
+        ASSERT_TRUE(allocator_->EmptyCache().ok() || fake_ != nullptr);
       ASSERT_NO_FATAL_FAILURE(Check());
     }
     for (auto& [i, l] : live_) carried_.emplace(next_carry_++, l);

@@ -64,10 +64,13 @@ LOOM_EXPORT void* loom_malloc(ssize_t size, int device, void* stream) {
   void* result = nullptr;
   Guarded([&]() -> Status {
     if (size < 0) return loom::InvalidArgumentError("negative size {}", size);
-    if (size == 0) return loom::OkStatus();  // PyTorch never asks; nullptr is fine
-    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a, Runtime::Get().AllocatorFor(device));
-    LOOM_ASSIGN_OR_RETURN(loom::vmm::DevicePtr ptr,
-                          a->Allocate(static_cast<uint64_t>(size), AsStream(stream)));
+    if (size == 0)
+      return loom::OkStatus();  // PyTorch never asks; nullptr is fine
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                          Runtime::Get().AllocatorFor(device));
+    LOOM_ASSIGN_OR_RETURN(
+        loom::vmm::DevicePtr ptr,
+        a->Allocate(static_cast<uint64_t>(size), AsStream(stream)));
     result = reinterpret_cast<void*>(ptr);
     return loom::OkStatus();
   });
@@ -79,7 +82,8 @@ LOOM_EXPORT void loom_free(void* ptr, ssize_t size, int device, void* stream) {
   (void)stream;
   Guarded([&]() -> Status {
     if (ptr == nullptr) return loom::OkStatus();
-    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a, Runtime::Get().AllocatorFor(device));
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                          Runtime::Get().AllocatorFor(device));
     Status status = a->Free(reinterpret_cast<uintptr_t>(ptr));
     if (!status.ok()) {
       // A free PyTorch believes valid is a bug somewhere: say so loudly, and
@@ -93,10 +97,12 @@ LOOM_EXPORT void loom_free(void* ptr, ssize_t size, int device, void* stream) {
 LOOM_EXPORT void loom_record_stream(void* ptr, void* stream) {
   Guarded([&]() -> Status {
     for (loom::vmm::Allocator* a : Runtime::Get().Allocators()) {
-      Status status = a->RecordStream(reinterpret_cast<uintptr_t>(ptr), AsStream(stream));
+      Status status =
+          a->RecordStream(reinterpret_cast<uintptr_t>(ptr), AsStream(stream));
       if (status.ok()) return status;
     }
-    return loom::InvalidArgumentError("record_stream on {}, not a live loom allocation", ptr);
+    return loom::InvalidArgumentError(
+        "record_stream on {}, not a live loom allocation", ptr);
   });
 }
 
@@ -134,7 +140,8 @@ LOOM_EXPORT void loom_phase(const char* name) {
 
 LOOM_EXPORT void loom_module_enter(const char* name, int dynamic) {
   if (name == nullptr) return;
-  ForEachAllocator([&](loom::vmm::Allocator& a) { a.ModuleEnter(name, dynamic != 0); });
+  ForEachAllocator(
+      [&](loom::vmm::Allocator& a) { a.ModuleEnter(name, dynamic != 0); });
 }
 
 LOOM_EXPORT void loom_module_exit(const char* name) {
@@ -156,10 +163,12 @@ LOOM_EXPORT int loom_write_trace(int device, const char* path) {
   });
 }
 
-LOOM_EXPORT long long loom_stats_json(int device, char* buffer, size_t capacity) {
+LOOM_EXPORT long long loom_stats_json(int device, char* buffer,
+                                      size_t capacity) {
   long long length = -1;
   Guarded([&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a, Runtime::Get().AllocatorFor(device));
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                          Runtime::Get().AllocatorFor(device));
     std::string json = a->stats().ToJson();
     length = static_cast<long long>(json.size());
     if (buffer != nullptr && capacity > 0) {
@@ -174,7 +183,8 @@ LOOM_EXPORT long long loom_stats_json(int device, char* buffer, size_t capacity)
 
 LOOM_EXPORT int loom_reset_peak_stats(int device) {
   return Guarded([&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a, Runtime::Get().AllocatorFor(device));
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                          Runtime::Get().AllocatorFor(device));
     a->ResetPeakStats();
     return loom::OkStatus();
   });
@@ -182,7 +192,8 @@ LOOM_EXPORT int loom_reset_peak_stats(int device) {
 
 LOOM_EXPORT int loom_check_invariants(int device) {
   return Guarded([&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a, Runtime::Get().AllocatorFor(device));
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                          Runtime::Get().AllocatorFor(device));
     a->CheckInvariants();
     return loom::OkStatus();
   });
@@ -192,7 +203,9 @@ LOOM_EXPORT int loom_shutdown(void) {
   return Guarded([&] { return Runtime::Get().Shutdown(); });
 }
 
-LOOM_EXPORT const char* loom_last_error(void) { return loom::plugin::LastError(); }
+LOOM_EXPORT const char* loom_last_error(void) {
+  return loom::plugin::LastError();
+}
 
 LOOM_EXPORT const char* loom_version(void) { return "0.1.0"; }
 

@@ -11,8 +11,10 @@ namespace {
 thread_local std::string last_error;
 
 std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
     s.remove_suffix(1);
   }
   return s;
@@ -21,9 +23,11 @@ std::string_view Trim(std::string_view s) {
 // Byte counts: plain integers or with a binary suffix (K, M, G, T, KiB...).
 StatusOr<uint64_t> ParseBytes(std::string_view key, std::string_view value) {
   uint64_t number = 0;
-  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+  auto [ptr, ec] =
+      std::from_chars(value.data(), value.data() + value.size(), number);
   if (ec != std::errc()) {
-    return InvalidArgumentError("setting {}: '{}' is not a byte count", key, value);
+    return InvalidArgumentError("setting {}: '{}' is not a byte count", key,
+                                value);
   }
   std::string_view suffix = value.substr(ptr - value.data());
   int shift = 0;
@@ -65,7 +69,8 @@ Status ParseSettings(std::string_view text, Settings& settings) {
     std::string_view value = Trim(item.substr(eq + 1));
     if (key == "backend") {
       if (value != "cuda" && value != "host" && value != "fake") {
-        return InvalidArgumentError("backend '{}' is not cuda, host or fake", value);
+        return InvalidArgumentError("backend '{}' is not cuda, host or fake",
+                                    value);
       }
       out.backend = std::string(value);
     } else if (key == "granularity") {
@@ -77,23 +82,27 @@ Status ParseSettings(std::string_view text, Settings& settings) {
     } else if (key == "record") {
       LOOM_ASSIGN_OR_RETURN(out.record, ParseBytes(key, value));
       if (out.record > (uint64_t{1} << 32)) {
-        return OutOfRangeError("setting record: {} events is too many", out.record);
+        return OutOfRangeError("setting record: {} events is too many",
+                               out.record);
       }
     } else if (key == "devices") {
       int devices = 0;
-      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), devices);
-      if (ec != std::errc() || ptr != value.data() + value.size() || devices < 1 ||
-          devices > 64) {
-        return InvalidArgumentError("setting devices: '{}' is not in 1..64", value);
+      auto [ptr, ec] =
+          std::from_chars(value.data(), value.data() + value.size(), devices);
+      if (ec != std::errc() || ptr != value.data() + value.size() ||
+          devices < 1 || devices > 64) {
+        return InvalidArgumentError("setting devices: '{}' is not in 1..64",
+                                    value);
       }
       out.devices = devices;
     } else if (key == "fraction") {
       std::string copy(value);
       char* end_ptr = nullptr;
       double fraction = std::strtod(copy.c_str(), &end_ptr);
-      if (copy.empty() || end_ptr != copy.c_str() + copy.size() || !(fraction >= 0) ||
-          fraction > 1) {
-        return InvalidArgumentError("setting fraction: '{}' is not in [0, 1]", value);
+      if (copy.empty() || end_ptr != copy.c_str() + copy.size() ||
+          !(fraction >= 0) || fraction > 1) {
+        return InvalidArgumentError("setting fraction: '{}' is not in [0, 1]",
+                                    value);
       }
       out.fraction = fraction;
     } else if (key == "plan") {
@@ -115,7 +124,8 @@ Status Runtime::Configure(std::string_view text) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!allocators_.empty() || driver_ != nullptr) {
     return FailedPreconditionError(
-        "loom is already serving allocations; configure it before the first one "
+        "loom is already serving allocations; configure it before the first "
+        "one "
         "(or shut it down first)");
   }
   return ParseSettings(text, settings_);
@@ -127,8 +137,10 @@ StatusOr<vmm::Allocator*> Runtime::AllocatorFor(int device) {
 }
 
 StatusOr<vmm::Allocator*> Runtime::AllocatorForLocked(int device) {
-  if (device < 0 || device >= 1024) return InvalidArgumentError("bad device {}", device);
-  if (static_cast<size_t>(device) < allocators_.size() && allocators_[device] != nullptr) {
+  if (device < 0 || device >= 1024)
+    return InvalidArgumentError("bad device {}", device);
+  if (static_cast<size_t>(device) < allocators_.size() &&
+      allocators_[device] != nullptr) {
     return allocators_[device].get();
   }
   if (driver_ == nullptr) {
@@ -146,12 +158,15 @@ StatusOr<vmm::Allocator*> Runtime::AllocatorForLocked(int device) {
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<vmm::Allocator> allocator,
                         vmm::Allocator::Create(*driver_, options));
   if (!settings_.plan.empty()) {
-    LOOM_ASSIGN_OR_RETURN(uint64_t granularity,
-                          driver_->GetGranularity(device, vmm::Granularity::kMinimum));
-    LOOM_ASSIGN_OR_RETURN(vmm::RuntimePlan plan, ReadRuntimePlan(settings_.plan, granularity));
+    LOOM_ASSIGN_OR_RETURN(
+        uint64_t granularity,
+        driver_->GetGranularity(device, vmm::Granularity::kMinimum));
+    LOOM_ASSIGN_OR_RETURN(vmm::RuntimePlan plan,
+                          ReadRuntimePlan(settings_.plan, granularity));
     LOOM_RETURN_IF_ERROR(allocator->LoadPlan(std::move(plan)));
   }
-  if (allocators_.size() <= static_cast<size_t>(device)) allocators_.resize(device + 1);
+  if (allocators_.size() <= static_cast<size_t>(device))
+    allocators_.resize(device + 1);
   allocators_[device] = std::move(allocator);
   return allocators_[device].get();
 }
@@ -170,17 +185,19 @@ Status Runtime::LoadPlan(int device, const std::string& path) {
   uint64_t granularity;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    LOOM_ASSIGN_OR_RETURN(granularity,
-                          driver_->GetGranularity(device, vmm::Granularity::kMinimum));
+    LOOM_ASSIGN_OR_RETURN(granularity, driver_->GetGranularity(
+                                           device, vmm::Granularity::kMinimum));
   }
-  LOOM_ASSIGN_OR_RETURN(vmm::RuntimePlan plan, ReadRuntimePlan(path, granularity));
+  LOOM_ASSIGN_OR_RETURN(vmm::RuntimePlan plan,
+                        ReadRuntimePlan(path, granularity));
   return allocator->LoadPlan(std::move(plan));
 }
 
 Status Runtime::SetMemoryFraction(double fraction, int device) {
   (void)device;
   if (!(fraction >= 0) || fraction > 1) {
-    return InvalidArgumentError("memory fraction {} is not in [0, 1]", fraction);
+    return InvalidArgumentError("memory fraction {} is not in [0, 1]",
+                                fraction);
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!allocators_.empty()) {
@@ -196,8 +213,9 @@ Status Runtime::Shutdown() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& a : allocators_) {
     if (a != nullptr && a->stats().active_bytes.current != 0) {
-      return FailedPreconditionError("cannot shut down: {} bytes still allocated",
-                                     a->stats().active_bytes.current);
+      return FailedPreconditionError(
+          "cannot shut down: {} bytes still allocated",
+          a->stats().active_bytes.current);
     }
   }
   allocators_.clear();

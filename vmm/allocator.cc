@@ -1,6 +1,7 @@
 #include "vmm/allocator.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace loom::vmm {
 namespace {
@@ -67,10 +68,10 @@ Status Allocator::Init(uint64_t arena_va_bytes) {
 }
 
 Allocator::~Allocator() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   for (PendingFree& pending : pending_) {
     for (Event e : pending.events) idle_events_.push_back(e);
-    live_.emplace(pending.ptr, pending.allocation);
+    live_.Insert(pending.ptr, pending.allocation);
   }
   pending_.clear();
   if (!live_.empty()) {
@@ -97,12 +98,12 @@ Allocator::~Allocator() {
 }
 
 bool Allocator::has_plan() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   return region_ != nullptr;
 }
 
 Status Allocator::LoadPlan(RuntimePlan plan) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   if (region_ != nullptr)
     return FailedPreconditionError("a plan is already installed");
   if (plan.region_bytes == 0 || plan.region_bytes % granularity_ != 0) {
@@ -216,8 +217,7 @@ StatusOr<Event> Allocator::TakeEvent() {
 
 void Allocator::ReturnEvent(Event event) { idle_events_.push_back(event); }
 
-bool Allocator::StreamSafe(Page& page, Stream stream) {
-  if (!page.stream_dirty || page.last_stream == stream) return true;
+bool Allocator::StreamSafeSlow(Page& page, Stream) {
   for (const auto& [s, done] : stream_checks_) {
     if (s == page.last_stream) {
       if (done) page.stream_dirty = false;
@@ -284,7 +284,7 @@ StatusOr<PageId> Allocator::Acquire(Stream stream, int64_t until) {
 }
 
 StatusOr<DevicePtr> Allocator::Allocate(uint64_t size, Stream stream) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   StatusOr<DevicePtr> ptr = AllocateLocked(size, stream);
   stream_checks_.clear();
   return ptr;
@@ -298,10 +298,12 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
   }
   if (!pending_.empty()) ProcessPendingFrees();
   const uint64_t request_id = next_request_id_++;
-  Record(plan::Event::Alloc(request_id, size, stream,
-                            static_cast<int16_t>(options_.device)));
+  if (recording_) {
+    Record(plan::Event::Alloc(request_id, size, stream,
+                              static_cast<int16_t>(options_.device)));
+  }
 
-  StatusOr<DevicePtr> ptr = OutOfMemoryError("unreachable");
+  StatusOr<DevicePtr> ptr = DevicePtr{0};  // every branch below assigns it
   Where where = Where::kArena;
   if (!dynamic_modules_.empty()) {
     ++stats_.dynamic_requests;
@@ -318,11 +320,11 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       ptr =
           AllocateInArena(size, stream, match.prologue ? -1 : match.entry->end);
     } else {
-      StatusOr<DevicePtr> planned = TryStatic(*match.entry, size, stream);
-      if (planned.ok()) {
+      std::optional<DevicePtr> planned = TryStatic(*match.entry, size, stream);
+      if (planned.has_value()) {
         ++stats_.plan_hits;
         ++iteration_hits_;
-        ptr = planned;
+        ptr = *planned;
         where = Where::kStatic;
       } else {
         ++stats_.plan_misses;
@@ -335,7 +337,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     ptr = AllocateInArena(size, stream, -1);
   }
   if (!ptr.ok()) return ptr.status();
-  live_.emplace(*ptr, Allocation{size, stream, where, request_id});
+  live_.Insert(*ptr, Allocation{size, stream, where, request_id});
   stats_.allocated_bytes.Increase(size);
   stats_.active_bytes.Increase(size);
   stats_.allocation.Increase(1);
@@ -347,24 +349,16 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
   return ptr;
 }
 
-StatusOr<DevicePtr> Allocator::TryStatic(const PlannedRequest& entry,
-                                         uint64_t size, Stream stream) {
+std::optional<DevicePtr> Allocator::TryStatic(const PlannedRequest& entry,
+                                              uint64_t size, Stream stream) {
+  // The safety check: the planned bytes must be free right now, and their
+  // pages neither lent to the arena nor awaiting another stream's work.
   const uint64_t offset = static_cast<uint64_t>(entry.offset);
-  if (!region_->RangeFree(offset, size)) {
-    return FailedPreconditionError("planned range still in use");
+  if (!region_->TryOccupy(offset, size, [&](Page& page) {
+        return page.arena_users == 0 && StreamSafe(page, stream);
+      })) {
+    return std::nullopt;
   }
-  const uint64_t first = offset / granularity_;
-  const uint64_t last = (offset + size - 1) / granularity_;
-  for (uint64_t k = first; k <= last; ++k) {
-    Page& page = pool_.page(region_->page(static_cast<uint32_t>(k)));
-    if (page.arena_users != 0) {
-      return FailedPreconditionError("planned page lent to the arena");
-    }
-    if (!StreamSafe(page, stream)) {
-      return FailedPreconditionError("planned page busy on another stream");
-    }
-  }
-  region_->Occupy(offset, size);
   return region_->base() + offset;
 }
 
@@ -386,19 +380,22 @@ StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
 }
 
 Status Allocator::Free(DevicePtr ptr) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(ptr);
-  if (it == live_.end()) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  const Allocation* found = live_.Find(ptr);
+  if (found == nullptr) {
     return InvalidArgumentError(
         "free of {:#x}, which is not a live loom allocation", ptr);
   }
-  Allocation allocation = it->second;
-  live_.erase(it);
-  Record(plan::Event::Free(allocation.request_id, allocation.stream,
-                           static_cast<int16_t>(options_.device)));
+  Allocation allocation = *found;
+  live_.Erase(ptr);
+  if (recording_) {
+    Record(plan::Event::Free(allocation.request_id, allocation.stream,
+                             static_cast<int16_t>(options_.device)));
+  }
   stats_.allocated_bytes.Decrease(allocation.size);
   stats_.allocation.Decrease(1);
-  auto extra = extra_streams_.find(ptr);
+  auto extra =
+      extra_streams_.empty() ? extra_streams_.end() : extra_streams_.find(ptr);
   if (extra != extra_streams_.end()) {
     // Other streams use this memory: it stays active until they are done.
     PendingFree pending{ptr, allocation, {}};
@@ -429,15 +426,7 @@ Status Allocator::Free(DevicePtr ptr) {
 void Allocator::FinishFree(DevicePtr ptr, const Allocation& allocation) {
   stats_.active_bytes.Decrease(allocation.size);
   if (allocation.where == Where::kStatic) {
-    const uint64_t offset = ptr - region_->base();
-    region_->Vacate(offset, allocation.size);
-    const uint64_t first = offset / granularity_;
-    const uint64_t last = (offset + allocation.size - 1) / granularity_;
-    for (uint64_t k = first; k <= last; ++k) {
-      Page& page = pool_.page(region_->page(static_cast<uint32_t>(k)));
-      page.last_stream = allocation.stream;
-      page.stream_dirty = true;
-    }
+    region_->Release(ptr - region_->base(), allocation.size, allocation.stream);
     stats_.static_bytes.Decrease(allocation.size);
   } else {
     arena_->Free(ptr, allocation.size, allocation.stream);
@@ -468,13 +457,13 @@ void Allocator::ProcessPendingFrees() {
 }
 
 Status Allocator::RecordStream(DevicePtr ptr, Stream stream) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(ptr);
-  if (it == live_.end()) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  const Allocation* found = live_.Find(ptr);
+  if (found == nullptr) {
     return InvalidArgumentError(
         "record_stream on {:#x}, which is not a live loom allocation", ptr);
   }
-  if (stream == it->second.stream) return OkStatus();
+  if (stream == found->stream) return OkStatus();
   std::vector<Stream>& streams = extra_streams_[ptr];
   if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
     streams.push_back(stream);
@@ -483,7 +472,7 @@ Status Allocator::RecordStream(DevicePtr ptr, Stream stream) {
 }
 
 void Allocator::IterationBegin(uint64_t number) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   Record(plan::Event::IterationBegin(number));
   if (stats_.iterations > 0 && iteration_hits_ + iteration_misses_ > 0) {
     stats_.last_iteration_hit_rate = static_cast<double>(iteration_hits_) /
@@ -496,17 +485,17 @@ void Allocator::IterationBegin(uint64_t number) {
 }
 
 void Allocator::IterationEnd(uint64_t number) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   Record(plan::Event::IterationEnd(number));
 }
 
 void Allocator::Phase(std::string_view name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   if (recording_) Record(plan::Event::Phase(trace_.InternName(name)));
 }
 
 void Allocator::ModuleEnter(std::string_view name, bool dynamic) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   if (recording_)
     Record(plan::Event::ModuleEnter(trace_.InternName(name), dynamic));
   if (!dynamic) return;
@@ -520,7 +509,7 @@ void Allocator::ModuleEnter(std::string_view name, bool dynamic) {
 }
 
 void Allocator::ModuleExit(std::string_view name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   if (recording_) Record(plan::Event::ModuleExit(trace_.InternName(name)));
   auto it = std::find(dynamic_modules_.rbegin(), dynamic_modules_.rend(), name);
   if (it == dynamic_modules_.rend()) return;
@@ -544,7 +533,7 @@ void Allocator::Record(const plan::Event& event) {
 }
 
 plan::Trace Allocator::TakeTrace() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   plan::Trace out = std::move(trace_);
   trace_ = plan::Trace();
   trace_.header = out.header;
@@ -554,7 +543,7 @@ plan::Trace Allocator::TakeTrace() {
 }
 
 Status Allocator::EmptyCache() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   Status status = EmptyCacheLocked();
   stream_checks_.clear();
   return status;
@@ -587,14 +576,14 @@ Status Allocator::EmptyCacheLocked() {
 }
 
 AllocatorStats Allocator::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   AllocatorStats out = stats_;
   out.driver_calls = driver_.all_calls();
   return out;
 }
 
 void Allocator::ResetPeakStats() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   for (Stat* s : {&stats_.allocated_bytes, &stats_.active_bytes,
                   &stats_.reserved_bytes, &stats_.allocation, &stats_.segment,
                   &stats_.static_bytes, &stats_.dynamic_bytes}) {
@@ -627,14 +616,14 @@ std::vector<PhysicalExtent> Allocator::ExtentsLocked(
 }
 
 std::vector<PhysicalExtent> Allocator::PhysicalExtents(DevicePtr ptr) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(ptr);
-  if (it == live_.end()) return {};
-  return ExtentsLocked(ptr, it->second);
+  std::lock_guard<FutexMutex> lock(mu_);
+  const Allocation* found = live_.Find(ptr);
+  if (found == nullptr) return {};
+  return ExtentsLocked(ptr, *found);
 }
 
 void Allocator::CheckInvariants() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   arena_->CheckInvariants();
   if (region_ != nullptr) region_->CheckInvariants();
   // No physical byte serves two live (or pending) allocations.
@@ -645,10 +634,10 @@ void Allocator::CheckInvariants() const {
     }
   };
   uint64_t live_bytes = 0;
-  for (const auto& [ptr, a] : live_) {
+  live_.ForEach([&](DevicePtr ptr, const Allocation& a) {
     collect(ptr, a);
     live_bytes += a.size;
-  }
+  });
   uint64_t pending_bytes = 0;
   for (const PendingFree& p : pending_) {
     collect(p.ptr, p.allocation);

@@ -39,6 +39,8 @@
 #include "vmm/allocator_stats.h"
 #include "vmm/arena.h"
 #include "vmm/driver.h"
+#include "vmm/flat_map.h"
+#include "vmm/futex_mutex.h"
 #include "vmm/matcher.h"
 #include "vmm/page_pool.h"
 #include "vmm/runtime_plan.h"
@@ -133,8 +135,9 @@ class Allocator : public Arena::PagePolicy {
   Status Init(uint64_t arena_va_bytes);
 
   StatusOr<DevicePtr> AllocateLocked(uint64_t size, Stream stream);
-  StatusOr<DevicePtr> TryStatic(const PlannedRequest& entry, uint64_t size,
-                                Stream stream);
+  // The planned range if it can be handed out now (the safety check).
+  std::optional<DevicePtr> TryStatic(const PlannedRequest& entry, uint64_t size,
+                                     Stream stream);
   StatusOr<DevicePtr> AllocateInArena(uint64_t size, Stream stream,
                                       int64_t until);
   void FinishFree(DevicePtr ptr, const Allocation& allocation);
@@ -142,7 +145,11 @@ class Allocator : public Arena::PagePolicy {
   Status EmptyCacheLocked();
   // True once the work `stream` had queued when the page was last freed is
   // done (always true for the same stream).
-  bool StreamSafe(Page& page, Stream stream);
+  bool StreamSafe(Page& page, Stream stream) {
+    return !page.stream_dirty || page.last_stream == stream ||
+           StreamSafeSlow(page, stream);
+  }
+  bool StreamSafeSlow(Page& page, Stream stream);
   StatusOr<Event> TakeEvent();
   void ReturnEvent(Event event);
   void Record(const plan::Event& event);
@@ -154,13 +161,13 @@ class Allocator : public Arena::PagePolicy {
   const AllocatorOptions options_;
   const uint64_t granularity_;
 
-  mutable std::mutex mu_;
+  mutable FutexMutex mu_;
   PagePool pool_;
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<RuntimePlan> plan_;
   std::unique_ptr<StaticRegion> region_;
   std::unique_ptr<Matcher> matcher_;
-  std::unordered_map<DevicePtr, Allocation> live_;
+  FlatMap<Allocation> live_;
   std::unordered_map<DevicePtr, std::vector<Stream>> extra_streams_;
   std::vector<PendingFree> pending_;
   std::vector<Event> idle_events_;

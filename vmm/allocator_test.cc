@@ -344,7 +344,7 @@ TEST(AllocatorTest, RecordStreamKeepsMemoryActiveUntilTheStreamIsDone) {
 }
 
 TEST(AllocatorTest, ManyThreadsAtOnce) {
-  auto d = Host(512 * kG);
+  auto d = Host(4096 * kG);  // room for every thread's live set
   auto a = Make(*d);
   constexpr int kThreads = 4;
   std::vector<std::thread> threads;

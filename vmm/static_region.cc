@@ -1,6 +1,7 @@
 #include "vmm/static_region.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace loom::vmm {
 
@@ -10,7 +11,11 @@ StaticRegion::StaticRegion(Driver& driver, PagePool& pool, DevicePtr base,
       pool_(pool),
       base_(base),
       granularity_(granularity),
-      period_(period) {}
+      shift_(std::countr_zero(granularity)),
+      period_(period) {
+  LOOM_CHECK(std::has_single_bit(granularity),
+             "granularity {} is not a power of two", granularity);
+}
 
 StatusOr<std::unique_ptr<StaticRegion>> StaticRegion::Create(
     Driver& driver, PagePool& pool, int device, const RuntimePlan& plan,
@@ -26,6 +31,7 @@ StatusOr<std::unique_ptr<StaticRegion>> StaticRegion::Create(
   std::unique_ptr<StaticRegion> region(
       new StaticRegion(driver, pool, base, g, plan.period));
   region->granules_.resize(pages.size());
+  region->schedule_.resize(pages.size());
   // Map page by page; on failure the destructor unmaps what was mapped.
   for (uint32_t i = 0; i < pages.size(); ++i) {
     Page& page = pool.page(pages[i]);
@@ -41,18 +47,19 @@ StatusOr<std::unique_ptr<StaticRegion>> StaticRegion::Create(
     if (r.offset == kUnplanned) return;
     uint64_t first = static_cast<uint64_t>(r.offset) / g;
     uint64_t last = (static_cast<uint64_t>(r.offset) + r.size - 1) / g;
-    for (uint64_t k = first; k <= last && k < pages.size(); ++k)
-      visit(region->granules_[k]);
+    for (uint64_t k = first; k <= last && k < pages.size(); ++k) {
+      visit(region->schedule_[k]);
+    }
   };
   for (const PlannedRequest& r : plan.prologue) {
-    touch(r, [](Granule& granule) { granule.persistent = true; });
+    touch(r, [](Schedule& granule) { granule.persistent = true; });
   }
   for (const PlannedRequest& r : plan.iteration) {
     int64_t start = plan.period > 0 ? r.start % plan.period : r.start;
     touch(r,
-          [&](Granule& granule) { granule.planned_starts.push_back(start); });
+          [&](Schedule& granule) { granule.planned_starts.push_back(start); });
   }
-  for (Granule& granule : region->granules_) {
+  for (Schedule& granule : region->schedule_) {
     std::sort(granule.planned_starts.begin(), granule.planned_starts.end());
   }
   return region;
@@ -100,51 +107,64 @@ void ForEachPiece(uint64_t offset, uint64_t size, uint64_t g, Visit&& visit) {
 
 bool StaticRegion::RangeFree(uint64_t offset, uint64_t size) const {
   if (size == 0 || offset + size > bytes()) return false;
+  const uint32_t g = static_cast<uint32_t>(granularity_);
   bool free = true;
   ForEachPiece(offset, size, granularity_,
                [&](uint32_t k, uint32_t lo, uint32_t hi) {
-                 for (const auto& [a, b] : granules_[k].live) {
-                   if (a < hi && lo < b) {
-                     free = false;
-                     return false;
+                 const Granule& granule = granules_[k];
+                 if (granule.full) {
+                   free = false;
+                 } else if (lo == 0 && hi == g) {
+                   free = granule.partial.empty();
+                 } else {
+                   for (const auto& [a, b] : granule.partial) {
+                     if (a < hi && lo < b) {
+                       free = false;
+                       break;
+                     }
                    }
                  }
-                 return true;
+                 return free;
                });
   return free;
 }
 
-void StaticRegion::Occupy(uint64_t offset, uint64_t size) {
-  LOOM_DCHECK(RangeFree(offset, size));
-  ForEachPiece(offset, size, granularity_,
-               [&](uint32_t k, uint32_t lo, uint32_t hi) {
-                 granules_[k].live.emplace_back(lo, hi);
-                 ++pool_.page(granules_[k].page).static_users;
-                 return true;
-               });
-  occupied_bytes_ += size;
-}
-
-void StaticRegion::Vacate(uint64_t offset, uint64_t size) {
-  ForEachPiece(
-      offset, size, granularity_, [&](uint32_t k, uint32_t lo, uint32_t hi) {
-        auto& live = granules_[k].live;
-        auto it = std::find(live.begin(), live.end(), std::make_pair(lo, hi));
-        LOOM_CHECK(it != live.end(),
-                   "vacating static bytes [{}, {}) of granule {} not live", lo,
-                   hi, k);
-        *it = live.back();
-        live.pop_back();
-        Page& page = pool_.page(granules_[k].page);
-        LOOM_CHECK(page.static_users > 0);
-        --page.static_users;
-        return true;
-      });
+void StaticRegion::Release(uint64_t offset, uint64_t size, Stream stream) {
+  const uint64_t end = offset + size;
+  const uint64_t mask = granularity_ - 1;
+  const uint64_t first = offset >> shift_;
+  const uint64_t last = (end - 1) >> shift_;
+  const uint32_t g = static_cast<uint32_t>(granularity_);
+  for (uint64_t k = first; k <= last; ++k) {
+    Granule& granule = granules_[k];
+    const uint32_t lo = k == first ? static_cast<uint32_t>(offset & mask) : 0;
+    const uint32_t hi =
+        k == last ? static_cast<uint32_t>(((end - 1) & mask) + 1) : g;
+    if (lo == 0 && hi == g) {
+      LOOM_CHECK(granule.full, "releasing static granule {}, which is not live",
+                 k);
+      granule.full = false;
+    } else {
+      auto& partial = granule.partial;
+      auto it = partial.begin();
+      while (it != partial.end() && it->first != lo) ++it;
+      LOOM_CHECK(it != partial.end() && it->second == hi,
+                 "releasing static bytes [{}, {}) of granule {}, not live", lo,
+                 hi, k);
+      *it = partial.back();
+      partial.pop_back();
+    }
+    Page& page = pool_.page(granule.page);
+    LOOM_CHECK(page.static_users > 0);
+    --page.static_users;
+    page.last_stream = stream;
+    page.stream_dirty = true;
+  }
   occupied_bytes_ -= size;
 }
 
 int64_t StaticRegion::TimeToNextUse(uint32_t granule, int64_t now) const {
-  const Granule& g = granules_[granule];
+  const Schedule& g = schedule_[granule];
   if (g.persistent) return 0;
   if (g.planned_starts.empty()) return kNever;
   if (period_ <= 0) return 0;
@@ -159,10 +179,15 @@ int64_t StaticRegion::TimeToNextUse(uint32_t granule, int64_t now) const {
 void StaticRegion::CheckInvariants() const {
   uint64_t live_bytes = 0;
   for (uint32_t k = 0; k < granules_.size(); ++k) {
-    const auto& live = granules_[k].live;
+    const Granule& granule = granules_[k];
+    const auto& live = granule.partial;
+    LOOM_CHECK(!granule.full || live.empty(),
+               "static granule {}: a full piece and partial pieces", k);
+    if (granule.full) live_bytes += granularity_;
     for (size_t i = 0; i < live.size(); ++i) {
       LOOM_CHECK(live[i].first < live[i].second &&
-                 live[i].second <= granularity_);
+                 live[i].second <= granularity_ &&
+                 live[i].second - live[i].first < granularity_);
       live_bytes += live[i].second - live[i].first;
       for (size_t j = i + 1; j < live.size(); ++j) {
         LOOM_CHECK(
@@ -170,8 +195,8 @@ void StaticRegion::CheckInvariants() const {
             "static granule {}: live ranges overlap", k);
       }
     }
-    const Page& page = pool_.page(granules_[k].page);
-    LOOM_CHECK_EQ(page.static_users, live.size());
+    const Page& page = pool_.page(granule.page);
+    LOOM_CHECK_EQ(page.static_users, live.size() + (granule.full ? 1 : 0));
     LOOM_CHECK(page.static_users == 0 || page.arena_users == 0,
                "page of static granule {} serves static and arena allocations",
                k);

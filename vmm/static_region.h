@@ -49,9 +49,17 @@ class StaticRegion {
 
   // True when no live static allocation overlaps [offset, offset + size).
   bool RangeFree(uint64_t offset, uint64_t size) const;
-  // Records / forgets a live static allocation. REQUIRES (Occupy): RangeFree.
-  void Occupy(uint64_t offset, uint64_t size);
-  void Vacate(uint64_t offset, uint64_t size);
+
+  // The planned hand-out, checked and recorded in one pass: succeeds only if
+  // no live static allocation overlaps the range and `page_ok(page)` holds
+  // for every page behind it (not lent to the arena, no other stream's
+  // unfinished work). The hot path of every planned request.
+  template <typename PageOk>
+  bool TryOccupy(uint64_t offset, uint64_t size, PageOk&& page_ok);
+  // Forgets a live static allocation and marks its pages as last used by
+  // `stream`. REQUIRES: [offset, offset + size) was occupied by TryOccupy.
+  void Release(uint64_t offset, uint64_t size, Stream stream);
+
   uint64_t occupied_bytes() const { return occupied_bytes_; }
 
   // Iteration time until `granule` is next planned to start being used,
@@ -63,10 +71,15 @@ class StaticRegion {
   void CheckInvariants() const;
 
  private:
+  // Occupancy of one granule (hot: read on every planned hand-out).
   struct Granule {
     PageId page = kNoPage;
-    // Live static ranges within the granule, [lo, hi) in bytes.
-    std::vector<std::pair<uint32_t, uint32_t>> live;
+    bool full = false;  // one live allocation covers the whole granule
+    // Live static pieces covering part of the granule, [lo, hi) in bytes.
+    std::vector<std::pair<uint32_t, uint32_t>> partial;
+  };
+  // When a granule is planned to be used (cold: read on the dynamic path).
+  struct Schedule {
     std::vector<int64_t> planned_starts;  // sorted, in [0, period)
     bool persistent = false;
   };
@@ -76,11 +89,54 @@ class StaticRegion {
   Driver& driver_;
   PagePool& pool_;
   const DevicePtr base_;
-  const uint64_t granularity_;
+  const uint64_t granularity_;  // a power of two
+  const int shift_;             // log2(granularity_)
   const int64_t period_;
   std::vector<Granule> granules_;
+  std::vector<Schedule> schedule_;  // by granule
   uint64_t occupied_bytes_ = 0;
 };
+
+template <typename PageOk>
+bool StaticRegion::TryOccupy(uint64_t offset, uint64_t size, PageOk&& page_ok) {
+  const uint64_t end = offset + size;
+  if (size == 0 || end > bytes() || end < offset) return false;
+  const uint64_t mask = granularity_ - 1;
+  const uint64_t first = offset >> shift_;
+  const uint64_t last = (end - 1) >> shift_;
+  const uint32_t g = static_cast<uint32_t>(granularity_);
+  auto piece = [&](uint64_t k, uint32_t& lo, uint32_t& hi) {
+    lo = k == first ? static_cast<uint32_t>(offset & mask) : 0;
+    hi = k == last ? static_cast<uint32_t>(((end - 1) & mask) + 1) : g;
+  };
+  for (uint64_t k = first; k <= last; ++k) {
+    const Granule& granule = granules_[k];
+    if (granule.full) return false;
+    uint32_t lo, hi;
+    piece(k, lo, hi);
+    if (lo == 0 && hi == g) {
+      if (!granule.partial.empty()) return false;
+    } else {
+      for (const auto& [a, b] : granule.partial) {
+        if (a < hi && lo < b) return false;
+      }
+    }
+    if (!page_ok(pool_.page(granule.page))) return false;
+  }
+  for (uint64_t k = first; k <= last; ++k) {
+    Granule& granule = granules_[k];
+    uint32_t lo, hi;
+    piece(k, lo, hi);
+    if (lo == 0 && hi == g) {
+      granule.full = true;
+    } else {
+      granule.partial.emplace_back(lo, hi);
+    }
+    ++pool_.page(granule.page).static_users;
+  }
+  occupied_bytes_ += size;
+  return true;
+}
 
 }  // namespace loom::vmm
 
