@@ -51,15 +51,15 @@ Status BinaryTraceReader::ReadChunk(char* tag) {
         chunk_offset_,
         DataLossError("truncated: the file ends without a trailer chunk"));
   }
-  if (got < kChunkHeaderBytes) {
-    return At(chunk_offset_,
-              DataLossError("truncated: chunk header has {} of {} bytes", got,
-                            kChunkHeaderBytes));
-  }
   *tag = head[0];
   if (*tag != kChunkHeader && *tag != kChunkEvents && *tag != kChunkTrailer) {
     return At(chunk_offset_, DataLossError("unknown chunk tag 0x{:02x}",
                                            static_cast<uint8_t>(*tag)));
+  }
+  if (got < kChunkHeaderBytes) {
+    return At(chunk_offset_,
+              DataLossError("truncated: chunk header has {} of {} bytes", got,
+                            kChunkHeaderBytes));
   }
   uint32_t length = LoadU32(head + 1);
   if (length > kMaxBinaryChunkBytes) {
@@ -125,6 +125,7 @@ Status BinaryTraceReader::ParseHeaderChunk() {
   uint64_t device = 0, length = 0;
   Status status = ReadVarint(payload_, &pos_, &device);
   if (status.ok()) status = ReadVarint(payload_, &pos_, &header_.granularity);
+  size_t length_pos = pos_;
   if (status.ok()) status = ReadVarint(payload_, &pos_, &length);
   if (!status.ok()) return At(payload_offset_ + pos_, status);
   int64_t signed_device = UnZigZag(device);
@@ -135,12 +136,12 @@ Status BinaryTraceReader::ParseHeaderChunk() {
   }
   header_.device = static_cast<int32_t>(signed_device);
   if (length > kMaxProvenanceBytes) {
-    return At(payload_offset_ + pos_,
+    return At(payload_offset_ + length_pos,
               OutOfRangeError("provenance of {} bytes above the limit {}",
                               length, kMaxProvenanceBytes));
   }
   if (length > payload_.size() - pos_) {
-    return At(payload_offset_ + pos_,
+    return At(payload_offset_ + length_pos,
               DataLossError("provenance of {} bytes runs past the header chunk",
                             length));
   }

@@ -267,13 +267,15 @@ Status TextTraceReader::ReadHeader() {
   StatusOr<uint64_t> granularity = ParseNumber(tokens_[1], "granularity");
   if (!granularity.ok()) return AtLine(granularity.status());
   header_.granularity = *granularity;
+  Status status = TraceChecker::CheckHeader(header_);
+  if (!status.ok()) return AtLine(status);
   LOOM_RETURN_IF_ERROR(ExpectHeaderLine("provenance"));
   if (!tokens_[1].quoted) {
     return AtLine(
         InvalidArgumentError("the provenance must be a quoted string"));
   }
   header_.provenance = tokens_[1].value;
-  Status status = TraceChecker::CheckHeader(header_);
+  status = TraceChecker::CheckHeader(header_);
   if (!status.ok()) return AtLine(status);
   return ExpectHeaderLine("events");
 }
