@@ -1,0 +1,70 @@
+// Periodicity of allocation sequences (pure C++): finding the iteration
+// length of a trace without iteration markers, and aligning two iterations
+// so that one extra request does not shift every later match.
+//
+// Both work on token sequences: one 64-bit token per alloc or free event,
+// a hash of (action, size) (see workload.h). Tokens equal <=> same action and
+// same size.
+#ifndef LOOM_PLAN_PERIODICITY_H_
+#define LOOM_PLAN_PERIODICITY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace loom::plan {
+
+struct PeriodOptions {
+  // Fraction of aligned positions allowed to differ between consecutive
+  // repetitions (changed sizes, a few extra or missing requests).
+  double tolerance = 0.05;
+  // Among periods whose match fraction is within this of the best one, the
+  // smallest wins (2p matches as well as p).
+  double tie = 0.005;
+  size_t gram = 8;  // n-gram length used to propose candidate periods
+  size_t max_candidates = 24;
+};
+
+struct PeriodResult {
+  bool found = false;
+  size_t period = 0;  // tokens per repetition
+  size_t head = 0;    // tokens before the first repetition starts
+  double match = 0;   // aligned match fraction at `period`
+  // Token index where each repetition starts: starts[0] == head; later ones
+  // are resynchronised on the first tokens of the first repetition, so an
+  // inserted request moves a boundary by one instead of drifting.
+  std::vector<size_t> starts;
+};
+
+// Finds the smallest period p (and head h) such that tokens[h..] repeats with
+// period p at least twice, with at most `tolerance` of the positions differing
+// after local resynchronisation. Proposes candidates from the distances
+// between repeated n-grams, so it runs in O(n * candidates). `found` is false
+// when nothing repeats (the caller treats the trace as one iteration).
+PeriodResult DetectPeriod(std::span<const uint64_t> tokens,
+                          const PeriodOptions& options = {});
+
+// The aligned match fraction used by DetectPeriod: walks tokens[head..]
+// against itself shifted by `period`, skipping up to 32 tokens on either side
+// to resynchronise after an insertion or deletion (the shift stays within a
+// quarter period of `period`). Exposed for tests.
+double AlignedMatchFraction(std::span<const uint64_t> tokens, size_t head,
+                            size_t period);
+
+// A longest-common-subsequence alignment of `a` and `b` (Myers' O(ND)
+// algorithm after trimming the common prefix and suffix).
+struct Alignment {
+  std::vector<int64_t> a_to_b;  // per a[i]: matched index in b, or -1
+  std::vector<int64_t> b_to_a;  // per b[j]: matched index in a, or -1
+  size_t matched = 0;
+  // False when the edit distance exceeded `max_edits` and the middle part was
+  // matched position by position instead (a lower bound on the LCS).
+  bool exact = true;
+};
+Alignment AlignSequences(std::span<const uint64_t> a,
+                         std::span<const uint64_t> b, size_t max_edits = 2000);
+
+}  // namespace loom::plan
+
+#endif  // LOOM_PLAN_PERIODICITY_H_
