@@ -98,9 +98,10 @@ class [[nodiscard]] StatusOr {
 
   bool ok() const { return std::holds_alternative<T>(value_); }
 
-  // OK when a value is held.
-  Status status() const {
-    return ok() ? OkStatus() : std::get<Status>(value_);
+  // OK when a value is held. The reference lives as long as this StatusOr.
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(value_);
   }
 
   // REQUIRES: ok().
