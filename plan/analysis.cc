@@ -182,7 +182,7 @@ WorkloadAnalysis AnalyzeWorkload(const Workload& w) {
 std::string FormatAnalysisText(const Workload& w, const WorkloadAnalysis& r) {
   std::string out;
   auto line = [&](std::string_view label, const std::string& value) {
-    out += fmt::format("{:<16}{}\n", label, value);
+    out += fmt::format("{:<18}{}\n", label, value);
   };
   line("trace",
        fmt::format("\"{}\" (device {}, granularity {})", w.header.provenance,
@@ -227,7 +227,7 @@ std::string FormatAnalysisText(const Workload& w, const WorkloadAnalysis& r) {
   line("iterations", fmt::format("{}, {}", w.iterations.size(), source));
   for (size_t k = 0; k < w.iterations.size(); ++k) {
     if (k == 8 && w.iterations.size() > 10) {
-      out += fmt::format("{:<16}... {} more\n", "", w.iterations.size() - 9);
+      out += fmt::format("{:<18}... {} more\n", "", w.iterations.size() - 9);
       k = w.iterations.size() - 1;
     }
     const Iteration& it = w.iterations[k];
@@ -236,7 +236,7 @@ std::string FormatAnalysisText(const Workload& w, const WorkloadAnalysis& r) {
         s.matched_previous.has_value()
             ? fmt::format(", {} match the previous", *s.matched_previous)
             : "";
-    out += fmt::format("{:<16}#{} events [{}, {}){}: {} allocs{}, peak {}\n",
+    out += fmt::format("{:<18}#{} events [{}, {}){}: {} allocs{}, peak {}\n",
                        "", it.number, it.begin, it.end,
                        it.complete ? "" : " (incomplete)", s.allocs, match,
                        Bytes(s.peak_live_bytes));
@@ -263,12 +263,12 @@ std::string FormatAnalysisText(const Workload& w, const WorkloadAnalysis& r) {
     line("phases",
          fmt::format("from markers: {}", fmt::join(w.phase_names, ", ")));
   }
-  out += fmt::format("\n{:<16}{:>12}{:>16}{:>10}\n", "class", "count", "bytes",
+  out += fmt::format("\n{:<18}{:>10}{:>16}{:>10}\n", "class", "count", "bytes",
                      "count %");
   for (size_t c = 0; c < kNumLifetimeClasses; ++c) {
     const ClassTotals& t = r.totals[c];
     double share = r.allocs == 0 ? 0.0 : 100.0 * t.count / r.allocs;
-    out += fmt::format("{:<16}{:>12}{:>16}{:>9.1f}%\n",
+    out += fmt::format("{:<18}{:>10}{:>16}{:>9.1f}%\n",
                        LifetimeClassName(static_cast<LifetimeClass>(c)),
                        t.count, Bytes(t.bytes), share);
   }

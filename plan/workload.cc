@@ -4,6 +4,9 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "plan/minimalloc_csv.h"
+#include "plan/trace_binary.h"
+
 namespace loom::plan {
 namespace {
 
@@ -227,6 +230,39 @@ StatusOr<Workload> LoadWorkload(TraceReader& reader) {
     builder.Add(event, reader.names());
   }
   return builder.Finish(reader.header(), reader.names());
+}
+
+StatusOr<Workload> LoadWorkloadFile(const std::string& path) {
+  // Sniff the first line: a CSV header has commas and no trace magic.
+  bool csv = false;
+  {
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source,
+                          OpenFileSource(path));
+    ByteReader in(std::move(source));
+    LOOM_ASSIGN_OR_RETURN(std::string_view head, in.Peek(4096));
+    if (!head.starts_with(kBinaryTraceMagic)) {
+      std::string_view first = head.substr(0, head.find('\n'));
+      csv = first.find(',') != std::string_view::npos &&
+            first.find("loom-trace") == std::string_view::npos;
+    }
+  }
+  if (csv) {
+    LOOM_ASSIGN_OR_RETURN(CsvInstance csv_instance, ReadMinimallocCsv(path));
+    Status valid = ValidateInstance(csv_instance.instance);
+    if (!valid.ok()) {
+      return Status(valid.code(), fmt::format("{}: {}", path, valid.message()));
+    }
+    if (csv_instance.instance.period != 0) {
+      return InvalidArgumentError("{}: cyclic instances are not supported",
+                                  path);
+    }
+    Trace trace = TraceFromInstance(csv_instance.instance);
+    trace.header.provenance = "MiniMalloc CSV " + path;
+    return BuildWorkload(trace);
+  }
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TraceReader> reader,
+                        OpenTraceReader(path));
+  return LoadWorkload(*reader);
 }
 
 Workload BuildWorkload(const Trace& trace) {

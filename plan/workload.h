@@ -92,6 +92,11 @@ struct Workload {
 // token per alloc/free event for iteration detection.
 StatusOr<Workload> LoadWorkload(TraceReader& reader);
 
+// Loads a trace file (text or binary) or a MiniMalloc CSV instance (detected
+// by content: a first line with a comma and no trace magic), the latter
+// converted with TraceFromInstance. Errors name the file.
+StatusOr<Workload> LoadWorkloadFile(const std::string& path);
+
 // The same for an in-memory trace. REQUIRES: ValidateTrace(trace).ok().
 Workload BuildWorkload(const Trace& trace);
 
