@@ -2,16 +2,18 @@
 // (bit flips, truncations, inserted, deleted, duplicated and swapped bytes or
 // lines, and binary chunks damaged behind a recomputed checksum so that the
 // record decoder sees them). Each must either parse into a valid trace that
-// round-trips, or fail with a message naming the source. Never crash (run
-// under --config=asan to check memory safety too).
+// round-trips (and can be analysed), or fail with a message naming the
+// source. Never crash (run under --config=asan to check memory safety too).
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "plan/analysis.h"
 #include "plan/byte_stream.h"
 #include "plan/synthetic_trace.h"
 #include "plan/trace_binary.h"
 #include "plan/trace_io.h"
+#include "plan/workload.h"
 
 namespace loom::plan {
 namespace {
@@ -33,6 +35,10 @@ void Check(const std::string& data, Outcome* outcome) {
   }
   ++outcome->parsed;
   ASSERT_TRUE(ValidateTrace(*trace).ok());
+  // Analysis copes with any valid trace: every allocation gets a class.
+  Workload workload = BuildWorkload(*trace);
+  WorkloadAnalysis analysis = AnalyzeWorkload(workload);
+  ASSERT_EQ(analysis.classes.size(), workload.allocations.size());
   // Whatever parses can be written again and reads back the same.
   for (TraceFormat format : {TraceFormat::kText, TraceFormat::kBinary}) {
     StatusOr<std::string> again = SerializeTrace(*trace, format);
