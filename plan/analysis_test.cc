@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+
 #include "plan/synthetic_trace.h"
 #include "plan/trace_io.h"
 #include "plan/workload.h"
@@ -282,6 +285,44 @@ TEST(AnalysisTest, StreamingLoadEqualsInMemoryBuildAndJsonHasTheKeys) {
         "\"transient\"", "\"dynamic\"", "\"cross_iteration\""}) {
     EXPECT_NE(json.find(key), std::string::npos) << key;
   }
+}
+
+std::string WriteTemp(const std::string& name, const std::string& content) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+TEST(WorkloadTest, LoadWorkloadFileDetectsCsvAndTraces) {
+  std::string csv =
+      WriteTemp("w.csv", "id,lower,upper,size\nb1,0,3,4\nb2,1,2,8\n");
+  StatusOr<Workload> from_csv = LoadWorkloadFile(csv);
+  ASSERT_TRUE(from_csv.ok()) << from_csv.status().ToString();
+  EXPECT_EQ(from_csv->allocations.size(), 2u);
+  EXPECT_EQ(AnalyzeWorkload(*from_csv).peak_live_bytes, 12u);
+
+  std::string text = WriteTemp(
+      "w.ltt",
+      "# a comment, with a comma\nloom-trace 1\ndevice 0\ngranularity 0\n"
+      "provenance \"\"\nevents\na 1 8\nend 1\n");
+  StatusOr<Workload> from_text = LoadWorkloadFile(text);
+  ASSERT_TRUE(from_text.ok()) << from_text.status().ToString();
+  EXPECT_EQ(from_text->allocations.size(), 1u);
+
+  StatusOr<std::string> binary =
+      SerializeTrace(MarkedTrace(), TraceFormat::kBinary);
+  ASSERT_TRUE(binary.ok());
+  StatusOr<Workload> from_binary =
+      LoadWorkloadFile(WriteTemp("w.ltb", *binary));
+  ASSERT_TRUE(from_binary.ok());
+  EXPECT_EQ(from_binary->allocations.size(), 7u);
+
+  std::string bad = WriteTemp("bad.csv", "id,lower,upper,size\nb1,5,3,4\n");
+  StatusOr<Workload> from_bad = LoadWorkloadFile(bad);
+  EXPECT_FALSE(from_bad.ok());
+  EXPECT_TRUE(from_bad.status().message().starts_with(bad))
+      << from_bad.status().message();
 }
 
 }  // namespace

@@ -241,9 +241,18 @@ StatusOr<Workload> LoadWorkloadFile(const std::string& path) {
     ByteReader in(std::move(source));
     LOOM_ASSIGN_OR_RETURN(std::string_view head, in.Peek(4096));
     if (!head.starts_with(kBinaryTraceMagic)) {
-      std::string_view first = head.substr(0, head.find('\n'));
-      csv = first.find(',') != std::string_view::npos &&
-            first.find("loom-trace") == std::string_view::npos;
+      // The first line that is neither blank nor a comment.
+      while (!head.empty()) {
+        size_t newline = head.find('\n');
+        std::string_view line = head.substr(0, newline);
+        head = newline == std::string_view::npos ? std::string_view()
+                                                 : head.substr(newline + 1);
+        size_t first = line.find_first_not_of(" \t\r");
+        if (first == std::string_view::npos || line[first] == '#') continue;
+        csv = line.find(',') != std::string_view::npos &&
+              line.find("loom-trace") == std::string_view::npos;
+        break;
+      }
     }
   }
   if (csv) {
