@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "plan/analysis.h"
 #include "plan/synthetic_trace.h"
 #include "plan/trace_io.h"
+#include "plan/workload.h"
 
 namespace loom::plan {
 namespace {
@@ -146,6 +148,35 @@ void BM_MemcpyBaseline(benchmark::State& state) {
   state.SetLabel(std::string(TraceFormatName(format)));
 }
 
+// Streaming the binary form into a Workload and analysing it; with
+// state.range(0) == 0 the iteration markers are stripped first, so the
+// iterations come from period detection.
+void BM_AnalyzeMillion(benchmark::State& state) {
+  bool markers = state.range(0) != 0;
+  Trace trace = MillionEvents();
+  if (!markers) {
+    std::erase_if(trace.events, [](const Event& e) {
+      return e.kind == EventKind::kIterationBegin ||
+             e.kind == EventKind::kIterationEnd;
+    });
+  }
+  StatusOr<std::string> data = SerializeTrace(trace, TraceFormat::kBinary);
+  if (!data.ok()) std::abort();
+  size_t iterations = 0;
+  for (auto _ : state) {
+    StatusOr<std::unique_ptr<TraceReader>> reader =
+        OpenTraceReader(NewMemorySource(*data, "mem"));
+    StatusOr<Workload> workload = LoadWorkload(**reader);
+    if (!workload.ok()) std::abort();
+    WorkloadAnalysis analysis = AnalyzeWorkload(*workload);
+    iterations = workload->iterations.size();
+    benchmark::DoNotOptimize(analysis.peak_live_bytes);
+  }
+  state.counters["iterations"] = iterations;
+  state.SetItemsProcessed(state.iterations() * trace.events.size());
+  state.SetLabel(markers ? "markers" : "period detection");
+}
+
 constexpr int kBinary = static_cast<int>(TraceFormat::kBinary);
 constexpr int kText = static_cast<int>(TraceFormat::kText);
 
@@ -162,6 +193,7 @@ BENCHMARK(BM_WriteFile)
     ->Arg(kText)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReadFile)->Arg(kBinary)->Arg(kText)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AnalyzeMillion)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MemcpyBaseline)
     ->Arg(kBinary)
     ->Arg(kText)

@@ -287,6 +287,37 @@ TEST(AnalysisTest, StreamingLoadEqualsInMemoryBuildAndJsonHasTheKeys) {
   }
 }
 
+TEST(AnalysisTest, MarkerFreeMoeTraceFindsTheMarkedIterations) {
+  // MoE token buffers change size every iteration (about a tenth of the
+  // alloc/free events), yet the period is found.
+  SyntheticTraceOptions options;
+  options.events = 20000;
+  options.layers = 12;
+  options.moe_every = 2;
+  Trace marked = MakeSyntheticTrace(options);
+  options.iteration_markers = false;
+  Trace unmarked = MakeSyntheticTrace(options);
+  Workload with = BuildWorkload(marked);
+  Workload without = BuildWorkload(unmarked);
+  ASSERT_EQ(without.iteration_source, IterationSource::kPeriod);
+  // The marked iterations: alloc/free events per iteration.
+  uint64_t tokens = 0;
+  for (int64_t t = with.iterations[1].begin; t < with.iterations[1].end; ++t) {
+    EventKind kind = marked.events[t].kind;
+    tokens += kind == EventKind::kAlloc || kind == EventKind::kFree;
+  }
+  EXPECT_EQ(without.period.period, tokens);
+  EXPECT_EQ(without.period.head, static_cast<size_t>(options.head_weights));
+  // Every boundary falls on a real iteration start (no drift), and the
+  // iterations cover the alloc/free events after the head.
+  uint64_t all_tokens = without.events_by_kind[1] + without.events_by_kind[2];
+  EXPECT_EQ(without.iterations.size(),
+            (all_tokens - without.period.head + tokens - 1) / tokens);
+  for (size_t k = 0; k < without.period.starts.size(); ++k) {
+    EXPECT_EQ(without.period.starts[k], without.period.head + k * tokens);
+  }
+}
+
 std::string WriteTemp(const std::string& name, const std::string& content) {
   const char* dir = std::getenv("TEST_TMPDIR");
   std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;

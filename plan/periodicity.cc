@@ -16,15 +16,28 @@ bool RangeEqual(std::span<const uint64_t> t, size_t a, size_t b, size_t n) {
   return std::equal(t.begin() + a, t.begin() + a + n, t.begin() + b);
 }
 
-// First index i such that tokens[i + j] == tokens[i + j + period] for every j
-// in [0, run); tokens.size() if none.
+// How many of tokens[a, a + n) equal tokens[b, b + n) (0 past the end).
+size_t Agreement(std::span<const uint64_t> t, size_t a, size_t b, size_t n) {
+  if (a + n > t.size() || b + n > t.size()) return 0;
+  size_t equal = 0;
+  for (size_t j = 0; j < n; ++j) equal += t[a + j] == t[b + j];
+  return equal;
+}
+
+// First index i with tokens[i] == tokens[i + period] such that at least 3/4
+// of the `run` positions from i match at that distance (changing MoE sizes
+// break exact runs); tokens.size() if none.
 size_t FindHead(std::span<const uint64_t> t, size_t period, size_t run) {
-  size_t streak = 0;
-  for (size_t i = 0; i + period < t.size(); ++i) {
-    streak = t[i] == t[i + period] ? streak + 1 : 0;
-    if (streak == run) return i + 1 - run;
+  if (t.size() < period + run) return t.size();
+  const size_t need = run - run / 4;
+  size_t window = 0;  // matches among positions [i, i + run)
+  for (size_t j = 0; j < run; ++j) window += t[j] == t[j + period];
+  for (size_t i = 0;; ++i) {
+    if (window >= need && t[i] == t[i + period]) return i;
+    if (i + run + period >= t.size()) return t.size();
+    window -= t[i] == t[i + period];
+    window += t[i + run] == t[i + run + period];
   }
-  return t.size();
 }
 
 }  // namespace
@@ -49,8 +62,11 @@ double AlignedMatchFraction(std::span<const uint64_t> t, size_t head,
       ++b;
       continue;
     }
+    // A substitution (a changed size) when the tokens after it agree;
+    // otherwise look for the shortest skip that resynchronises.
     bool synced = false;
-    for (size_t k = 1; k <= kResyncWindow && !synced; ++k) {
+    bool substitution = RangeEqual(t, a + 1, b + 1, kResyncRun);
+    for (size_t k = 1; k <= kResyncWindow && !synced && !substitution; ++k) {
       if (drift_ok(a, b + k) && RangeEqual(t, a, b + k, kResyncRun)) {
         b += k;  // the later repetition has k extra tokens
         steps += k;
@@ -109,9 +125,11 @@ PeriodResult DetectPeriod(std::span<const uint64_t> t,
     ranked.resize(options.max_candidates);
   }
 
+  // Score: the match fraction weighted by the part of the trace the
+  // repetition covers, so a period that only fits late in the trace loses.
   struct Scored {
     size_t period, head;
-    double match;
+    double match, score;
   };
   std::vector<Scored> passing;
   double best = 0;
@@ -120,14 +138,27 @@ PeriodResult DetectPeriod(std::span<const uint64_t> t,
     if (head >= n || n - head < 2 * period) continue;
     double match = AlignedMatchFraction(t, head, period);
     if (match < 1.0 - options.tolerance) continue;
-    passing.push_back({period, head, match});
-    best = std::max(best, match);
+    double score = match * static_cast<double>(n - head) / n;
+    passing.push_back({period, head, match, score});
+    best = std::max(best, score);
   }
   if (passing.empty()) return result;
-  const Scored* chosen = nullptr;
+  // The best score; then the smallest divisor of it that scores nearly as
+  // well (2p scores like p; the layer period of a model does not divide the
+  // iteration and loses at the phase transitions anyway).
+  const Scored* chosen = &passing[0];
   for (const Scored& s : passing) {
-    if (s.match + options.tie < best) continue;
-    if (chosen == nullptr || s.period < chosen->period) chosen = &s;
+    if (s.score > chosen->score ||
+        (s.score == chosen->score && s.period < chosen->period)) {
+      chosen = &s;
+    }
+  }
+  const size_t best_period = chosen->period;
+  for (const Scored& s : passing) {
+    if (s.period < chosen->period && best_period % s.period == 0 &&
+        s.score >= best * (1.0 - options.tie)) {
+      chosen = &s;
+    }
   }
   result.found = true;
   result.period = chosen->period;
@@ -143,16 +174,21 @@ PeriodResult DetectPeriod(std::span<const uint64_t> t,
   while (true) {
     size_t expected = result.starts.back() + p;
     if (expected >= n) break;
+    // The closest position where at least 3/4 of the signature agrees (MoE
+    // token buffers change size every iteration), preferring more agreement.
     size_t next = expected;
+    size_t best_agree = signature - signature / 4;  // threshold
+    bool found_signature = false;
     for (size_t delta = 0; delta <= window; ++delta) {
-      if (RangeEqual(t, expected + delta, result.head, signature)) {
-        next = expected + delta;
-        break;
-      }
-      if (delta > 0 && expected - delta > result.starts.back() &&
-          RangeEqual(t, expected - delta, result.head, signature)) {
-        next = expected - delta;
-        break;
+      for (int side = 0; side < (delta == 0 ? 1 : 2); ++side) {
+        if (side == 1 && expected - delta <= result.starts.back()) continue;
+        size_t at = side == 0 ? expected + delta : expected - delta;
+        size_t agree = Agreement(t, at, result.head, signature);
+        if (agree > best_agree || (!found_signature && agree == best_agree)) {
+          best_agree = agree;
+          next = at;
+          found_signature = true;
+        }
       }
     }
     if (next >= n) break;

@@ -17,13 +17,17 @@ namespace loom::plan {
 
 struct PeriodOptions {
   // Fraction of aligned positions allowed to differ between consecutive
-  // repetitions (changed sizes, a few extra or missing requests).
-  double tolerance = 0.05;
-  // Among periods whose match fraction is within this of the best one, the
-  // smallest wins (2p matches as well as p).
-  double tie = 0.005;
-  size_t gram = 8;  // n-gram length used to propose candidate periods
-  size_t max_candidates = 24;
+  // repetitions (MoE buffers whose sizes change, extra or missing requests).
+  // Only decides whether anything repeats at all: among the periods that
+  // qualify the best-matching one wins, since a wrong period matches worse
+  // on top of the same changing sizes.
+  double tolerance = 0.3;
+  // A divisor of the best-scoring period wins if its score is within this
+  // fraction of the best: 2p scores like p up to noise, and with MoE sizes
+  // changing every iteration the noise is a few percent.
+  double tie = 0.05;
+  size_t gram = 4;  // n-gram length used to propose candidate periods
+  size_t max_candidates = 32;
 };
 
 struct PeriodResult {
@@ -37,11 +41,14 @@ struct PeriodResult {
   std::vector<size_t> starts;
 };
 
-// Finds the smallest period p (and head h) such that tokens[h..] repeats with
-// period p at least twice, with at most `tolerance` of the positions differing
-// after local resynchronisation. Proposes candidates from the distances
-// between repeated n-grams, so it runs in O(n * candidates). `found` is false
-// when nothing repeats (the caller treats the trace as one iteration).
+// Finds the period p (and head h) such that tokens[h..] repeats with period p
+// at least twice, with an aligned match fraction (below) of at least
+// 1 - tolerance, and the best score = match fraction * (n - h) / n (a period
+// that fits only late in the trace explains less of it); the smallest
+// divisor of p scoring within a fraction `tie` of it is preferred. Candidates
+// come from the distances between repeated n-grams, so it runs in
+// O(n * candidates). `found` is false when nothing repeats (the caller treats
+// the trace as one iteration).
 PeriodResult DetectPeriod(std::span<const uint64_t> tokens,
                           const PeriodOptions& options = {});
 
