@@ -125,7 +125,7 @@ WorkloadAnalysis AnalyzeWorkload(const Workload& w) {
   double best = -1;
   for (size_t k = 0; k < iterations; ++k) {
     const IterationStats& s = r.iterations[k];
-    if (!s.matched_previous.has_value()) continue;
+    if (!s.matched_previous.has_value() || s.allocs == 0) continue;
     double regularity =
         s.allocs == 0 ? 1.0
                       : static_cast<double>(*s.matched_previous) / s.allocs;

@@ -22,7 +22,8 @@
 // partner in iteration k - 1 when the two sequences of allocation sizes are
 // aligned by a longest common subsequence (a diff), so one extra request does
 // not shift every later match. The steady-state iteration is the complete
-// iteration k >= 1 (whose predecessor is complete) with the best regularity,
+// iteration k >= 1 with at least one allocation (and a complete
+// predecessor) with the best regularity,
 // the latest on ties; with no such pair, the last complete iteration, and no
 // regularity.
 //

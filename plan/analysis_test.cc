@@ -318,6 +318,42 @@ TEST(AnalysisTest, MarkerFreeMoeTraceFindsTheMarkedIterations) {
   }
 }
 
+TEST(AnalysisTest, LayersOfOneTrainingStepAreNotIterations) {
+  // One step: 8 identical layers forward (each keeps an activation), then
+  // backward frees them. The layer pattern repeats, but a layer does not end
+  // where it started (memory grows, then shrinks): one iteration.
+  Trace t;
+  uint64_t id = 1;
+  t.AddAlloc(id++, 100000);  // weights
+  std::vector<uint64_t> acts;
+  for (int layer = 0; layer < 8; ++layer) {
+    t.AddAlloc(id, 512);
+    t.AddFree(id++);
+    acts.push_back(id);
+    t.AddAlloc(id++, 4096);
+    t.AddAlloc(id, 1024);
+    t.AddFree(id++);
+  }
+  for (int layer = 7; layer >= 0; --layer) {
+    t.AddAlloc(id, 2048);
+    t.AddFree(id++);
+    t.AddFree(acts[layer]);
+  }
+  Workload w = BuildWorkload(t);
+  EXPECT_EQ(w.iteration_source, IterationSource::kWholeTrace);
+  EXPECT_EQ(w.iterations.size(), 1u);
+  // Without the balance test the layer period would be taken.
+  std::vector<uint64_t> tokens;
+  std::unordered_map<uint64_t, uint64_t> sizes;
+  for (const Event& e : t.events) {
+    if (e.kind == EventKind::kAlloc) sizes[e.id] = e.size;
+    tokens.push_back(AllocationToken(e.kind == EventKind::kAlloc, sizes[e.id]));
+  }
+  PeriodResult unbalanced = DetectPeriod(tokens);
+  EXPECT_TRUE(unbalanced.found);
+  EXPECT_EQ(unbalanced.period, 5u);
+}
+
 std::string WriteTemp(const std::string& name, const std::string& content) {
   const char* dir = std::getenv("TEST_TMPDIR");
   std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;

@@ -1,6 +1,7 @@
 #include "plan/periodicity.h"
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 
 #include "plan/base/check.h"
@@ -88,6 +89,7 @@ double AlignedMatchFraction(std::span<const uint64_t> t, size_t head,
 }
 
 PeriodResult DetectPeriod(std::span<const uint64_t> t,
+                          std::span<const int64_t> deltas,
                           const PeriodOptions& options) {
   PeriodResult result;
   const size_t n = t.size();
@@ -131,6 +133,46 @@ PeriodResult DetectPeriod(std::span<const uint64_t> t,
     size_t period, head;
     double match, score;
   };
+  // Prefix sums of the net and of the allocated bytes, for the balance test.
+  const bool balance = deltas.size() == n;
+  std::vector<int64_t> net(balance ? n + 1 : 0), allocated(balance ? n + 1 : 0);
+  for (size_t i = 0; balance && i < n; ++i) {
+    net[i + 1] = net[i] + deltas[i];
+    allocated[i + 1] = allocated[i] + std::max<int64_t>(deltas[i], 0);
+  }
+  // suffix_peak[i] = max live bytes after any token at or after i.
+  std::vector<int64_t> suffix_peak(balance ? n + 1 : 0);
+  if (balance) {
+    suffix_peak[n] = net[n];
+    for (size_t i = n; i-- > 0;) {
+      suffix_peak[i] = std::max(suffix_peak[i + 1], net[i + 1]);
+    }
+  }
+  auto balanced = [&](size_t head, size_t period) {
+    if (static_cast<double>(suffix_peak[head]) <
+        options.min_peak_share * static_cast<double>(suffix_peak[0])) {
+      return false;
+    }
+    std::vector<double> imbalance, peaks;
+    for (size_t b = head; b + period <= n; b += period) {
+      double in = static_cast<double>(allocated[b + period] - allocated[b]);
+      double out = static_cast<double>(net[b + period] - net[b]);
+      imbalance.push_back(in > 0 ? std::abs(out) / in : 0.0);
+      int64_t peak = net[b + 1];
+      for (size_t i = b + 1; i <= b + period; ++i)
+        peak = std::max(peak, net[i]);
+      peaks.push_back(static_cast<double>(peak));
+    }
+    auto median = [](std::vector<double>& v) {
+      auto middle = v.begin() + v.size() / 2;
+      std::nth_element(v.begin(), middle, v.end());
+      return *middle;
+    };
+    double top = *std::max_element(peaks.begin(), peaks.end());
+    return median(imbalance) <= options.max_imbalance &&
+           median(peaks) >= options.min_peak_share * top;
+  };
+
   std::vector<Scored> passing;
   double best = 0;
   for (auto [count, period] : ranked) {
@@ -138,6 +180,7 @@ PeriodResult DetectPeriod(std::span<const uint64_t> t,
     if (head >= n || n - head < 2 * period) continue;
     double match = AlignedMatchFraction(t, head, period);
     if (match < 1.0 - options.tolerance) continue;
+    if (balance && !balanced(head, period)) continue;
     double score = match * static_cast<double>(n - head) / n;
     passing.push_back({period, head, match, score});
     best = std::max(best, score);

@@ -28,6 +28,19 @@ struct PeriodOptions {
   double tie = 0.05;
   size_t gram = 4;  // n-gram length used to propose candidate periods
   size_t max_candidates = 32;
+  // With byte deltas given: a period qualifies only if, in the median
+  // repetition, |allocated - freed bytes| is at most this fraction of the
+  // allocated bytes. Training iterations end where they started; the layers
+  // of one forward pass keep their activations (and backward frees them), so
+  // a layer period of a single step is rejected.
+  double max_imbalance = 0.1;
+  // With byte deltas given: the repeating part (from the head on) must reach
+  // at least this fraction of the trace's peak of live bytes, and so must the
+  // median repetition's peak relative to the highest one. Iterations of a
+  // steady run all hold about the same peak (activations on top of the
+  // weights); the layers of one backward pass, freeing activations as they
+  // go, have falling peaks and are not iterations.
+  double min_peak_share = 0.9;
 };
 
 struct PeriodResult {
@@ -48,8 +61,10 @@ struct PeriodResult {
 // divisor of p scoring within a fraction `tie` of it is preferred. Candidates
 // come from the distances between repeated n-grams, so it runs in
 // O(n * candidates). `found` is false when nothing repeats (the caller treats
-// the trace as one iteration).
+// the trace as one iteration). `deltas`, if not empty, holds per token the
+// bytes it allocates (> 0) or frees (< 0), for the balance test above.
 PeriodResult DetectPeriod(std::span<const uint64_t> tokens,
+                          std::span<const int64_t> deltas = {},
                           const PeriodOptions& options = {});
 
 // The aligned match fraction used by DetectPeriod: walks tokens[head..]

@@ -38,6 +38,7 @@ class WorkloadBuilder {
   bool iteration_open_ = false;
   std::vector<uint64_t> tokens_;      // per alloc/free event
   std::vector<int64_t> token_times_;  // its time
+  std::vector<int64_t> deltas_;       // its bytes: + allocated, - freed
 };
 
 void WorkloadBuilder::Add(const Event& e,
@@ -60,6 +61,7 @@ void WorkloadBuilder::Add(const Event& e,
       w_.allocations.push_back(a);
       tokens_.push_back(AllocationToken(true, e.size));
       token_times_.push_back(t);
+      deltas_.push_back(static_cast<int64_t>(e.size));
       break;
     }
     case EventKind::kFree: {
@@ -74,6 +76,7 @@ void WorkloadBuilder::Add(const Event& e,
       a.free_module = InnermostModule();
       tokens_.push_back(AllocationToken(false, a.size));
       token_times_.push_back(t);
+      deltas_.push_back(-static_cast<int64_t>(a.size));
       break;
     }
     case EventKind::kIterationBegin:
@@ -120,7 +123,7 @@ int32_t WorkloadBuilder::PhaseIndex(uint32_t name,
 
 void WorkloadBuilder::DetectIterations() {
   const int64_t events = static_cast<int64_t>(w_.events);
-  w_.period = DetectPeriod(tokens_);
+  w_.period = DetectPeriod(tokens_, deltas_);
   if (!w_.period.found) {
     w_.iteration_source = IterationSource::kWholeTrace;
     w_.iterations = {{0, events, 0, true}};
@@ -196,6 +199,7 @@ Workload WorkloadBuilder::Finish(const TraceHeader& header,
   if (w_.phase_names.empty() && w_.events > 0) InferPhases();
   tokens_.clear();
   token_times_.clear();
+  deltas_.clear();
   return std::move(w_);
 }
 

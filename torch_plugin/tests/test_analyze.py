@@ -63,3 +63,18 @@ def test_analyze_text_report_and_missing_file():
     lines = missing.stderr.strip().splitlines()
     assert lines == ["loom analyze: /nonexistent/trace.ltb: cannot open: "
                      "No such file or directory"]
+
+
+def test_single_training_step_snapshot_is_one_iteration():
+    """A one-step PyTorch snapshot repeats per layer, but layers are not
+    iterations (memory grows through forward and falls through backward)."""
+    _tool_or_skip()
+    csv = (REPO_ROOT / "bench" / "data" / "pytorch_snapshots" / "instances" /
+           "bcrafton_gpt2small_ctx64_b1_train_step.csv")
+    result = _run("analyze", str(csv), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["allocs"] == 2609
+    assert report["events"] == 2 * 2609
+    assert report["iterations"] == 1
+    assert report["iteration_source"] == "whole_trace"
