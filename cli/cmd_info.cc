@@ -21,9 +21,11 @@ int RunInfo(const Args& args) {
                    "(the default) the CUDA driver is used if present, else the "
                    "host backend.");
   flags.AddString("backend", &backend, "auto, cuda, host or fake");
-  flags.AddSize("granularity", &granularity, "host/fake: granularity (default 2MiB)");
+  flags.AddSize("granularity", &granularity,
+                "host/fake: granularity (default 2MiB)");
   flags.AddInt("devices", &devices, "host/fake: number of devices (default 1)");
-  flags.AddSize("capacity", &capacity, "host/fake: memory per device (default 80GiB)");
+  flags.AddSize("capacity", &capacity,
+                "host/fake: memory per device (default 80GiB)");
   flags.AddBool("json", &json, "print JSON");
   if (auto exit = flags.Parse(args)) return *exit;
   if (devices < 1 || devices > 64) {
@@ -39,7 +41,8 @@ int RunInfo(const Args& args) {
   StatusOr<std::unique_ptr<vmm::Driver>> driver =
       vmm::OpenDriver(backend == "auto" ? "cuda" : backend, options);
   if (!driver.ok() && backend == "auto") {
-    note = fmt::format("{}; showing the host backend", driver.status().message());
+    note =
+        fmt::format("{}; showing the host backend", driver.status().message());
     driver = vmm::OpenDriver("host", options);
   }
   if (!driver.ok()) {
@@ -92,18 +95,21 @@ int RunInfo(const Args& args) {
     return 0;
   }
   if (!note.empty()) std::printf("note: %s\n", note.c_str());
-  std::printf("backend: %.*s", static_cast<int>(d.name().size()), d.name().data());
+  std::printf("backend: %.*s", static_cast<int>(d.name().size()),
+              d.name().data());
   if (driver_version != 0) {
-    std::printf(" (driver %d.%d)", driver_version / 1000, driver_version % 1000 / 10);
+    std::printf(" (driver %d.%d)", driver_version / 1000,
+                driver_version % 1000 / 10);
   }
   std::printf("\ndevices: %d\n", *count);
   for (const vmm::DeviceProperties& p : props) {
-    std::printf("  [%d] %s\n      memory: %s total, %s free\n"
-                "      granularity: %s minimum, %s recommended\n",
-                p.ordinal, p.name.c_str(), FormatBytes(p.total_bytes).c_str(),
-                FormatBytes(p.free_bytes).c_str(),
-                FormatBytes(p.granularity_minimum).c_str(),
-                FormatBytes(p.granularity_recommended).c_str());
+    std::printf(
+        "  [%d] %s\n      memory: %s total, %s free\n"
+        "      granularity: %s minimum, %s recommended\n",
+        p.ordinal, p.name.c_str(), FormatBytes(p.total_bytes).c_str(),
+        FormatBytes(p.free_bytes).c_str(),
+        FormatBytes(p.granularity_minimum).c_str(),
+        FormatBytes(p.granularity_recommended).c_str());
   }
   return 0;
 }

@@ -22,16 +22,21 @@ StatusOr<std::unique_ptr<CudaDriver>> CudaDriver::Open() {
 CudaDriver::CudaDriver(std::unique_ptr<Api> api) : api_(std::move(api)) {}
 CudaDriver::~CudaDriver() = default;
 int CudaDriver::driver_version() const { return 0; }
-#define LOOM_NO_CUDA(...) \
-  return InternalError("CUDA backend unavailable")
+#define LOOM_NO_CUDA(...) return InternalError("CUDA backend unavailable")
 StatusOr<int> CudaDriver::DoDeviceCount() { LOOM_NO_CUDA(); }
 StatusOr<DeviceProperties> CudaDriver::DoProperties(int) { LOOM_NO_CUDA(); }
-StatusOr<uint64_t> CudaDriver::DoGranularity(int, Granularity) { LOOM_NO_CUDA(); }
+StatusOr<uint64_t> CudaDriver::DoGranularity(int, Granularity) {
+  LOOM_NO_CUDA();
+}
 StatusOr<uint64_t> CudaDriver::DoCreate(int, uint64_t) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoRelease(uint64_t) { LOOM_NO_CUDA(); }
-StatusOr<DevicePtr> CudaDriver::DoReserve(uint64_t, uint64_t) { LOOM_NO_CUDA(); }
+StatusOr<DevicePtr> CudaDriver::DoReserve(uint64_t, uint64_t) {
+  LOOM_NO_CUDA();
+}
 Status CudaDriver::DoUnreserve(DevicePtr, uint64_t) { LOOM_NO_CUDA(); }
-Status CudaDriver::DoMap(DevicePtr, uint64_t, uint64_t, uint64_t) { LOOM_NO_CUDA(); }
+Status CudaDriver::DoMap(DevicePtr, uint64_t, uint64_t, uint64_t) {
+  LOOM_NO_CUDA();
+}
 Status CudaDriver::DoUnmap(DevicePtr, uint64_t) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoSetAccess(DevicePtr, uint64_t, int) { LOOM_NO_CUDA(); }
 StatusOr<Stream> CudaDriver::DoCreateStream(int) { LOOM_NO_CUDA(); }
@@ -42,7 +47,9 @@ Status CudaDriver::DoDestroyEvent(uint64_t) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoRecordEvent(uint64_t, Stream) { LOOM_NO_CUDA(); }
 StatusOr<bool> CudaDriver::DoQueryEvent(uint64_t) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoSynchronizeEvent(uint64_t) { LOOM_NO_CUDA(); }
-Status CudaDriver::DoCopyToDevice(DevicePtr, const void*, uint64_t) { LOOM_NO_CUDA(); }
+Status CudaDriver::DoCopyToDevice(DevicePtr, const void*, uint64_t) {
+  LOOM_NO_CUDA();
+}
 Status CudaDriver::DoCopyToHost(void*, DevicePtr, uint64_t) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoMemset(DevicePtr, uint8_t, uint64_t) { LOOM_NO_CUDA(); }
 #undef LOOM_NO_CUDA
@@ -114,16 +121,18 @@ struct CudaDriver::Api {
   std::string Describe(CUresult result) const {
     const char* name = nullptr;
     const char* text = nullptr;
-    if (get_error_name == nullptr || get_error_name(result, &name) != CUDA_SUCCESS) {
+    if (get_error_name == nullptr ||
+        get_error_name(result, &name) != CUDA_SUCCESS) {
       name = nullptr;
     }
     if (get_error_string == nullptr ||
         get_error_string(result, &text) != CUDA_SUCCESS) {
       text = nullptr;
     }
-    return fmt::format("{}: {}",
-                       name ? name : fmt::format("CUresult {}", static_cast<int>(result)),
-                       text ? text : "unknown error");
+    return fmt::format(
+        "{}: {}",
+        name ? name : fmt::format("CUresult {}", static_cast<int>(result)),
+        text ? text : "unknown error");
   }
 
   // Turns a CUresult into a Status; `call` says what was attempted.
@@ -161,7 +170,8 @@ struct CudaDriver::Api {
       if (previous_ != nullptr) {
         if (device == kAnyDevice) return;
         CUdevice current;
-        if (api_.cuCtxGetDevice(&current) == CUDA_SUCCESS && current == device) {
+        if (api_.cuCtxGetDevice(&current) == CUDA_SUCCESS &&
+            current == device) {
           return;  // already in a context of this device
         }
       }
@@ -224,8 +234,10 @@ StatusOr<std::unique_ptr<CudaDriver>> CudaDriver::Open() {
   using GetProcV2 = CUresult (*)(const char*, void**, int, cuuint64_t,
                                  CUdriverProcAddressQueryResult*);
   using GetProcV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
-  auto get_v2 = reinterpret_cast<GetProcV2>(dlsym(api->library, "cuGetProcAddress_v2"));
-  auto get_v1 = reinterpret_cast<GetProcV1>(dlsym(api->library, "cuGetProcAddress"));
+  auto get_v2 =
+      reinterpret_cast<GetProcV2>(dlsym(api->library, "cuGetProcAddress_v2"));
+  auto get_v1 =
+      reinterpret_cast<GetProcV1>(dlsym(api->library, "cuGetProcAddress"));
   if (get_v2 == nullptr && get_v1 == nullptr) {
     return UnavailableError(
         "no CUDA driver: libcuda.so.1 has no cuGetProcAddress (driver older "
@@ -235,7 +247,8 @@ StatusOr<std::unique_ptr<CudaDriver>> CudaDriver::Open() {
     CUresult result;
     if (get_v2 != nullptr) {
       CUdriverProcAddressQueryResult found;
-      result = get_v2(name, pointer, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found);
+      result = get_v2(name, pointer, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT,
+                      &found);
       if (result == CUDA_SUCCESS && found != CU_GET_PROC_ADDRESS_SUCCESS) {
         *pointer = nullptr;
       }
@@ -247,8 +260,8 @@ StatusOr<std::unique_ptr<CudaDriver>> CudaDriver::Open() {
     }
     return OkStatus();
   };
-  api->get_error_name =
-      reinterpret_cast<decltype(&::cuGetErrorName)>(dlsym(api->library, "cuGetErrorName"));
+  api->get_error_name = reinterpret_cast<decltype(&::cuGetErrorName)>(
+      dlsym(api->library, "cuGetErrorName"));
   api->get_error_string = reinterpret_cast<decltype(&::cuGetErrorString)>(
       dlsym(api->library, "cuGetErrorString"));
 #define LOOM_RESOLVE(name) \
@@ -272,7 +285,8 @@ int CudaDriver::driver_version() const { return api_->version; }
 
 StatusOr<int> CudaDriver::DoDeviceCount() {
   int count = 0;
-  LOOM_RETURN_IF_ERROR(api_->Check(api_->cuDeviceGetCount(&count), "cuDeviceGetCount"));
+  LOOM_RETURN_IF_ERROR(
+      api_->Check(api_->cuDeviceGetCount(&count), "cuDeviceGetCount"));
   return count;
 }
 
@@ -280,10 +294,12 @@ StatusOr<DeviceProperties> CudaDriver::DoProperties(int device) {
   DeviceProperties p;
   p.ordinal = device;
   CUdevice handle;
-  LOOM_RETURN_IF_ERROR(api_->Check(api_->cuDeviceGet(&handle, device), "cuDeviceGet"));
+  LOOM_RETURN_IF_ERROR(
+      api_->Check(api_->cuDeviceGet(&handle, device), "cuDeviceGet"));
   char name[256] = {};
   LOOM_RETURN_IF_ERROR(
-      api_->Check(api_->cuDeviceGetName(name, sizeof(name) - 1, handle), "cuDeviceGetName"));
+      api_->Check(api_->cuDeviceGetName(name, sizeof(name) - 1, handle),
+                  "cuDeviceGetName"));
   p.name = name;
   size_t total = 0;
   LOOM_RETURN_IF_ERROR(
@@ -293,7 +309,8 @@ StatusOr<DeviceProperties> CudaDriver::DoProperties(int device) {
     Api::ScopedContext context(*api_, device);
     LOOM_RETURN_IF_ERROR(context.status());
     size_t free = 0;
-    LOOM_RETURN_IF_ERROR(api_->Check(api_->cuMemGetInfo(&free, &total), "cuMemGetInfo"));
+    LOOM_RETURN_IF_ERROR(
+        api_->Check(api_->cuMemGetInfo(&free, &total), "cuMemGetInfo"));
     p.free_bytes = free;
   }
   LOOM_ASSIGN_OR_RETURN(p.granularity_minimum,
@@ -320,9 +337,9 @@ StatusOr<uint64_t> CudaDriver::DoCreate(int device, uint64_t size) {
   LOOM_RETURN_IF_ERROR(context.status());
   CUmemAllocationProp prop = DeviceAllocationProp(device);
   CUmemGenericAllocationHandle handle = 0;
-  LOOM_RETURN_IF_ERROR(
-      api_->Check(api_->cuMemCreate(&handle, size, &prop, 0),
-                  fmt::format("cuMemCreate({} bytes, device {})", size, device)));
+  LOOM_RETURN_IF_ERROR(api_->Check(
+      api_->cuMemCreate(&handle, size, &prop, 0),
+      fmt::format("cuMemCreate({} bytes, device {})", size, device)));
   return static_cast<uint64_t>(handle);
 }
 
@@ -337,27 +354,28 @@ StatusOr<DevicePtr> CudaDriver::DoReserve(uint64_t size, uint64_t alignment) {
   Api::ScopedContext context(*api_, Api::kAnyDevice);
   LOOM_RETURN_IF_ERROR(context.status());
   CUdeviceptr ptr = 0;
-  LOOM_RETURN_IF_ERROR(api_->Check(
-      api_->cuMemAddressReserve(&ptr, size, alignment, 0, 0),
-      fmt::format("cuMemAddressReserve({} bytes, alignment {})", size, alignment)));
+  LOOM_RETURN_IF_ERROR(
+      api_->Check(api_->cuMemAddressReserve(&ptr, size, alignment, 0, 0),
+                  fmt::format("cuMemAddressReserve({} bytes, alignment {})",
+                              size, alignment)));
   return static_cast<DevicePtr>(ptr);
 }
 
 Status CudaDriver::DoUnreserve(DevicePtr ptr, uint64_t size) {
   Api::ScopedContext context(*api_, Api::kAnyDevice);
   LOOM_RETURN_IF_ERROR(context.status());
-  return api_->Check(api_->cuMemAddressFree(ptr, size),
-                     fmt::format("cuMemAddressFree({:#x}, {} bytes)", ptr, size));
+  return api_->Check(
+      api_->cuMemAddressFree(ptr, size),
+      fmt::format("cuMemAddressFree({:#x}, {} bytes)", ptr, size));
 }
 
 Status CudaDriver::DoMap(DevicePtr ptr, uint64_t size, uint64_t handle,
                          uint64_t offset) {
   Api::ScopedContext context(*api_, Api::kAnyDevice);
   LOOM_RETURN_IF_ERROR(context.status());
-  return api_->Check(
-      api_->cuMemMap(ptr, size, offset, handle, 0),
-      fmt::format("cuMemMap({:#x}, {} bytes, handle {:#x} + {})", ptr, size,
-                  handle, offset));
+  return api_->Check(api_->cuMemMap(ptr, size, offset, handle, 0),
+                     fmt::format("cuMemMap({:#x}, {} bytes, handle {:#x} + {})",
+                                 ptr, size, handle, offset));
 }
 
 Status CudaDriver::DoUnmap(DevicePtr ptr, uint64_t size) {
@@ -374,9 +392,9 @@ Status CudaDriver::DoSetAccess(DevicePtr ptr, uint64_t size, int device) {
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  return api_->Check(
-      api_->cuMemSetAccess(ptr, size, &access, 1),
-      fmt::format("cuMemSetAccess({:#x}, {} bytes, device {})", ptr, size, device));
+  return api_->Check(api_->cuMemSetAccess(ptr, size, &access, 1),
+                     fmt::format("cuMemSetAccess({:#x}, {} bytes, device {})",
+                                 ptr, size, device));
 }
 
 StatusOr<Stream> CudaDriver::DoCreateStream(int device) {
@@ -396,8 +414,9 @@ Status CudaDriver::DoDestroyStream(Stream stream) {
 Status CudaDriver::DoSynchronizeStream(Stream stream) {
   Api::ScopedContext context(*api_, Api::kAnyDevice);
   LOOM_RETURN_IF_ERROR(context.status());
-  return api_->Check(api_->cuStreamSynchronize(reinterpret_cast<CUstream>(stream)),
-                     "cuStreamSynchronize");
+  return api_->Check(
+      api_->cuStreamSynchronize(reinterpret_cast<CUstream>(stream)),
+      "cuStreamSynchronize");
 }
 
 StatusOr<uint64_t> CudaDriver::DoCreateEvent(int device) {
@@ -432,7 +451,8 @@ Status CudaDriver::DoSynchronizeEvent(uint64_t event) {
                      "cuEventSynchronize");
 }
 
-Status CudaDriver::DoCopyToDevice(DevicePtr dst, const void* src, uint64_t size) {
+Status CudaDriver::DoCopyToDevice(DevicePtr dst, const void* src,
+                                  uint64_t size) {
   Api::ScopedContext context(*api_, Api::kAnyDevice);
   LOOM_RETURN_IF_ERROR(context.status());
   return api_->Check(api_->cuMemcpyHtoD(dst, src, size), "cuMemcpyHtoD");

@@ -4,25 +4,44 @@ namespace loom::vmm {
 
 std::string_view DriverOpName(DriverOp op) {
   switch (op) {
-    case DriverOp::kCreate: return "create";
-    case DriverOp::kRelease: return "release";
-    case DriverOp::kReserve: return "reserve";
-    case DriverOp::kUnreserve: return "unreserve";
-    case DriverOp::kMap: return "map";
-    case DriverOp::kUnmap: return "unmap";
-    case DriverOp::kSetAccess: return "set_access";
-    case DriverOp::kCreateStream: return "create_stream";
-    case DriverOp::kDestroyStream: return "destroy_stream";
-    case DriverOp::kSynchronizeStream: return "synchronize_stream";
-    case DriverOp::kCreateEvent: return "create_event";
-    case DriverOp::kDestroyEvent: return "destroy_event";
-    case DriverOp::kRecordEvent: return "record_event";
-    case DriverOp::kQueryEvent: return "query_event";
-    case DriverOp::kSynchronizeEvent: return "synchronize_event";
-    case DriverOp::kCopyToDevice: return "copy_to_device";
-    case DriverOp::kCopyToHost: return "copy_to_host";
-    case DriverOp::kMemset: return "memset";
-    case DriverOp::kCount: break;
+    case DriverOp::kCreate:
+      return "create";
+    case DriverOp::kRelease:
+      return "release";
+    case DriverOp::kReserve:
+      return "reserve";
+    case DriverOp::kUnreserve:
+      return "unreserve";
+    case DriverOp::kMap:
+      return "map";
+    case DriverOp::kUnmap:
+      return "unmap";
+    case DriverOp::kSetAccess:
+      return "set_access";
+    case DriverOp::kCreateStream:
+      return "create_stream";
+    case DriverOp::kDestroyStream:
+      return "destroy_stream";
+    case DriverOp::kSynchronizeStream:
+      return "synchronize_stream";
+    case DriverOp::kCreateEvent:
+      return "create_event";
+    case DriverOp::kDestroyEvent:
+      return "destroy_event";
+    case DriverOp::kRecordEvent:
+      return "record_event";
+    case DriverOp::kQueryEvent:
+      return "query_event";
+    case DriverOp::kSynchronizeEvent:
+      return "synchronize_event";
+    case DriverOp::kCopyToDevice:
+      return "copy_to_device";
+    case DriverOp::kCopyToHost:
+      return "copy_to_host";
+    case DriverOp::kMemset:
+      return "memset";
+    case DriverOp::kCount:
+      break;
   }
   return "unknown";
 }
@@ -95,8 +114,8 @@ StatusOr<DevicePtr> Driver::Reserve(uint64_t size, uint64_t alignment) {
   LOOM_ASSIGN_OR_RETURN(uint64_t granularity, MinimumGranularityLocked(0));
   LOOM_RETURN_IF_ERROR(contract_.CheckReserve(size, alignment, granularity));
   Count(DriverOp::kReserve);
-  LOOM_ASSIGN_OR_RETURN(DevicePtr ptr,
-                        DoReserve(size, alignment == 0 ? granularity : alignment));
+  LOOM_ASSIGN_OR_RETURN(
+      DevicePtr ptr, DoReserve(size, alignment == 0 ? granularity : alignment));
   contract_.OnReserve(ptr, size);
   return ptr;
 }
@@ -151,7 +170,8 @@ StatusOr<Stream> Driver::CreateStream(int device) {
 }
 
 Status Driver::DestroyStream(Stream stream) {
-  if (stream == 0) return InvalidArgumentError("destroy_stream: the default stream");
+  if (stream == 0)
+    return InvalidArgumentError("destroy_stream: the default stream");
   Count(DriverOp::kDestroyStream);
   return DoDestroyStream(stream);
 }
@@ -172,7 +192,8 @@ StatusOr<Event> Driver::CreateEvent(int device) {
 }
 
 Status Driver::DestroyEvent(Event event) {
-  if (event.value == 0) return InvalidArgumentError("destroy_event: null event");
+  if (event.value == 0)
+    return InvalidArgumentError("destroy_event: null event");
   Count(DriverOp::kDestroyEvent);
   return DoDestroyEvent(event.value);
 }

@@ -20,7 +20,8 @@ bool Overlap(uint64_t a, uint64_t as, uint64_t b, uint64_t bs) {
 
 Status DriverContract::CheckCreate(int device, uint64_t size,
                                    uint64_t granularity) const {
-  if (device < 0) return InvalidArgumentError("create: negative device {}", device);
+  if (device < 0)
+    return InvalidArgumentError("create: negative device {}", device);
   if (size == 0) return InvalidArgumentError("create: size 0");
   if (!Aligned(size, granularity)) {
     return InvalidArgumentError(
@@ -99,7 +100,8 @@ Status DriverContract::CheckMap(uint64_t ptr, uint64_t size, uint64_t handle,
   if (ptr + size < ptr) return InvalidArgumentError("map: range wraps around");
   auto h = handles_.find(handle);
   if (h == handles_.end()) {
-    return InvalidArgumentError("map: handle {:#x} is not a live handle", handle);
+    return InvalidArgumentError("map: handle {:#x} is not a live handle",
+                                handle);
   }
   if (offset > h->second.size || size > h->second.size - offset) {
     return InvalidArgumentError(
@@ -114,8 +116,9 @@ Status DriverContract::CheckMap(uint64_t ptr, uint64_t size, uint64_t handle,
   if (m != mappings_.begin()) {
     auto prev = std::prev(m);
     if (Overlap(prev->first, prev->second.size, ptr, size)) {
-      return AlreadyExistsError("map: [{:#x}, +{}) overlaps the mapping at {:#x}",
-                                ptr, size, prev->first);
+      return AlreadyExistsError(
+          "map: [{:#x}, +{}) overlaps the mapping at {:#x}", ptr, size,
+          prev->first);
     }
   }
   if (m != mappings_.end() && Overlap(m->first, m->second.size, ptr, size)) {
@@ -135,8 +138,9 @@ Status DriverContract::CheckWholeMappings(uint64_t ptr, uint64_t size,
   }
   while (cursor < ptr + size) {
     if (m == mappings_.end() || m->first != cursor) {
-      return InvalidArgumentError("{}: [{:#x}, +{}) has unmapped bytes at {:#x}",
-                                  what, ptr, size, cursor);
+      return InvalidArgumentError(
+          "{}: [{:#x}, +{}) has unmapped bytes at {:#x}", what, ptr, size,
+          cursor);
     }
     cursor += m->second.size;
     ++m;
@@ -189,7 +193,8 @@ void DriverContract::OnRelease(uint64_t handle) {
 
 void DriverContract::OnReserve(uint64_t ptr, uint64_t size) {
   LOOM_CHECK(FindReservation(ptr, 1) == reservations_.end(),
-             "backend returned an address {:#x} inside a live reservation", ptr);
+             "backend returned an address {:#x} inside a live reservation",
+             ptr);
   reservations_[ptr] = size;
   reserved_bytes_ += size;
 }
@@ -218,8 +223,8 @@ void DriverContract::OnUnmap(uint64_t ptr, uint64_t size) {
 }
 
 void DriverContract::OnSetAccess(uint64_t ptr, uint64_t size) {
-  for (auto m = mappings_.find(ptr); m != mappings_.end() && m->first < ptr + size;
-       ++m) {
+  for (auto m = mappings_.find(ptr);
+       m != mappings_.end() && m->first < ptr + size; ++m) {
     m->second.accessible = true;
   }
 }
@@ -229,9 +234,8 @@ int DriverContract::HandleDevice(uint64_t handle) const {
 }
 
 ContractCounts DriverContract::counts() const {
-  return ContractCounts{handles_.size(),       handle_bytes_,
-                        reservations_.size(),  reserved_bytes_,
-                        mappings_.size(),      mapped_bytes_};
+  return ContractCounts{handles_.size(), handle_bytes_,    reservations_.size(),
+                        reserved_bytes_, mappings_.size(), mapped_bytes_};
 }
 
 void DriverContract::CheckInvariants() const {
@@ -239,13 +243,14 @@ void DriverContract::CheckInvariants() const {
   uint64_t end_of_previous = 0;
   uint64_t mapped = 0;
   for (const auto& [ptr, m] : mappings_) {
-    LOOM_CHECK(ptr >= end_of_previous, "mapping at {:#x} overlaps the previous one",
-               ptr);
+    LOOM_CHECK(ptr >= end_of_previous,
+               "mapping at {:#x} overlaps the previous one", ptr);
     end_of_previous = ptr + m.size;
     LOOM_CHECK(FindReservation(ptr, m.size) != reservations_.end(),
                "mapping at {:#x} outside every reservation", ptr);
     auto h = handles_.find(m.handle);
-    LOOM_CHECK(h != handles_.end(), "mapping at {:#x} of a released handle", ptr);
+    LOOM_CHECK(h != handles_.end(), "mapping at {:#x} of a released handle",
+               ptr);
     LOOM_CHECK(m.offset + m.size <= h->second.size);
     mapped_per_handle[m.handle] += m.size;
     mapped += m.size;
@@ -262,15 +267,18 @@ void DriverContract::CheckInvariants() const {
 std::string DriverContract::DescribeLive() const {
   std::string out;
   for (const auto& [handle, state] : handles_) {
-    fmt::format_to(std::back_inserter(out), "handle {:#x}: {} bytes on device {}\n",
-                   handle, state.size, state.device);
+    fmt::format_to(std::back_inserter(out),
+                   "handle {:#x}: {} bytes on device {}\n", handle, state.size,
+                   state.device);
   }
   for (const auto& [ptr, size] : reservations_) {
-    fmt::format_to(std::back_inserter(out), "reservation [{:#x}, +{})\n", ptr, size);
+    fmt::format_to(std::back_inserter(out), "reservation [{:#x}, +{})\n", ptr,
+                   size);
   }
   for (const auto& [ptr, m] : mappings_) {
-    fmt::format_to(std::back_inserter(out), "mapping [{:#x}, +{}) of handle {:#x}\n",
-                   ptr, m.size, m.handle);
+    fmt::format_to(std::back_inserter(out),
+                   "mapping [{:#x}, +{}) of handle {:#x}\n", ptr, m.size,
+                   m.handle);
   }
   return out;
 }

@@ -9,7 +9,8 @@ namespace loom::vmm {
 StatusOr<std::unique_ptr<Driver>> OpenDriver(std::string_view backend,
                                              const DriverOptions& options) {
   if (backend == "cuda") {
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaDriver> driver, CudaDriver::Open());
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaDriver> driver,
+                          CudaDriver::Open());
     return std::unique_ptr<Driver>(std::move(driver));
   }
   if (backend == "host") {
@@ -17,7 +18,8 @@ StatusOr<std::unique_ptr<Driver>> OpenDriver(std::string_view backend,
     host.granularity = options.granularity;
     host.device_count = options.device_count;
     host.capacity_per_device = options.capacity_per_device;
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<HostDriver> driver, HostDriver::Open(host));
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<HostDriver> driver,
+                          HostDriver::Open(host));
     return std::unique_ptr<Driver>(std::move(driver));
   }
   if (backend == "fake") {
@@ -34,8 +36,8 @@ StatusOr<std::unique_ptr<Driver>> OpenDriver(std::string_view backend,
     fake.capacity_per_device = options.capacity_per_device;
     return std::unique_ptr<Driver>(std::make_unique<FakeDriver>(fake));
   }
-  return InvalidArgumentError("unknown driver backend '{}' (cuda, host or fake)",
-                              backend);
+  return InvalidArgumentError(
+      "unknown driver backend '{}' (cuda, host or fake)", backend);
 }
 
 }  // namespace loom::vmm

@@ -2,6 +2,8 @@
 //
 // CUDA runs only where a driver and a GPU are present; elsewhere it is skipped
 // with the reason. Data checks run on backends that hold data (host, cuda).
+#include "vmm/driver.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "vmm/cuda_driver.h"
-#include "vmm/driver.h"
 #include "vmm/fake_driver.h"
 #include "vmm/host_driver.h"
 
@@ -51,7 +52,8 @@ class DriverContractTest : public ::testing::Test {
   void SetUp() override {
     StatusOr<std::unique_ptr<Driver>> driver = Backend::Make();
     if (!driver.ok()) {
-      GTEST_SKIP() << "backend unavailable here: " << driver.status().ToString();
+      GTEST_SKIP() << "backend unavailable here: "
+                   << driver.status().ToString();
     }
     driver_ = std::move(driver).value();
     StatusOr<uint64_t> g = driver_->GetGranularity(0, Granularity::kMinimum);
@@ -203,7 +205,8 @@ TYPED_TEST(DriverContractTest, MisuseIsRejectedAndChangesNothing) {
   EXPECT_EQ(d.Map(va + 64 * g, g, h).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(d.Map(va + 3 * g, 2 * g, h).code(), StatusCode::kInvalidArgument);
   // Beyond the handle.
-  EXPECT_EQ(d.Map(va + 2 * g, 2 * g, h, g).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.Map(va + 2 * g, 2 * g, h, g).code(),
+            StatusCode::kInvalidArgument);
   // Double map (overlapping an existing mapping).
   EXPECT_EQ(d.Map(va + g, 2 * g, h).code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(d.Map(va, g, h).code(), StatusCode::kAlreadyExists);
@@ -223,15 +226,18 @@ TYPED_TEST(DriverContractTest, MisuseIsRejectedAndChangesNothing) {
   // Data access before SetAccess, and to unmapped addresses.
   uint8_t byte = 0;
   EXPECT_EQ(d.CopyToHost(&byte, va, 1).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(d.CopyToHost(&byte, va + 3 * g, 1).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(d.Memset(va + 2 * g - 1, 0, 2).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(d.CopyToHost(&byte, va + 3 * g, 1).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.Memset(va + 2 * g - 1, 0, 2).code(),
+            StatusCode::kFailedPrecondition);
 
   const ContractCounts after = d.contract_counts();
   EXPECT_EQ(after.handles, before.handles);
   EXPECT_EQ(after.mappings, before.mappings);
   EXPECT_EQ(after.mapped_bytes, before.mapped_bytes);
   EXPECT_EQ(after.reservations, before.reservations);
-  EXPECT_EQ(d.calls(DriverOp::kMap), maps_before) << "rejected calls reached the backend";
+  EXPECT_EQ(d.calls(DriverOp::kMap), maps_before)
+      << "rejected calls reached the backend";
 
   ASSERT_TRUE(d.Unmap(va, 2 * g).ok());
   ASSERT_TRUE(d.Release(h).ok());
@@ -278,12 +284,13 @@ TYPED_TEST(DriverContractTest, ConcurrentMappingFromManyThreads) {
         if (d.holds_data()) {
           uint8_t value = static_cast<uint8_t>(t * 31 + r);
           uint8_t back = 0;
-          if (!d.Memset(*va, value, g).ok() || !d.CopyToHost(&back, *va + g - 1, 1).ok() ||
-              back != value) {
+          if (!d.Memset(*va, value, g).ok() ||
+              !d.CopyToHost(&back, *va + g - 1, 1).ok() || back != value) {
             ++failures;
           }
         }
-        if (!d.Unmap(*va, g).ok() || !d.Release(*h).ok() || !d.Unreserve(*va, g).ok()) {
+        if (!d.Unmap(*va, g).ok() || !d.Release(*h).ok() ||
+            !d.Unreserve(*va, g).ok()) {
           ++failures;
         }
       }

@@ -64,7 +64,8 @@ void FakeDriver::CompleteEvents() {
 size_t FakeDriver::pending_events() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
-  for (const auto& [id, event] : events_) n += event.recorded && !event.complete;
+  for (const auto& [id, event] : events_)
+    n += event.recorded && !event.complete;
   return n;
 }
 

@@ -29,9 +29,10 @@
 namespace loom::vmm {
 
 struct FakeDriverOptions {
-  uint64_t granularity = uint64_t{2} << 20;        // bytes
+  uint64_t granularity = uint64_t{2} << 20;  // bytes
   int device_count = 1;
-  uint64_t capacity_per_device = uint64_t{80} << 30;  // bytes of physical memory
+  uint64_t capacity_per_device = uint64_t{80}
+                                 << 30;  // bytes of physical memory
 };
 
 class FakeDriver final : public Driver {
@@ -93,7 +94,8 @@ class FakeDriver final : public Driver {
   std::vector<std::vector<Injection>> injections_;  // per op
   std::vector<Status> always_;                      // per op, OK = none
   std::vector<uint64_t> used_per_device_;
-  std::unordered_map<uint64_t, std::pair<int, uint64_t>> handles_;  // device, size
+  std::unordered_map<uint64_t, std::pair<int, uint64_t>>
+      handles_;  // device, size
   uint64_t next_handle_ = 1;
   uint64_t next_address_ = uint64_t{1} << 44;
   uint64_t next_stream_ = 1;

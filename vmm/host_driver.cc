@@ -45,8 +45,9 @@ StatusOr<std::unique_ptr<HostDriver>> HostDriver::Open(
   if (fd < 0) return Errno("memfd_create").WithContext("host driver");
   // Offsets are set aside generously (4x the capacity) so that fragmentation
   // of the file never makes Create fail while the byte budget has room.
-  uint64_t region = (options.capacity_per_device * 4 + options.granularity - 1) /
-                    options.granularity * options.granularity;
+  uint64_t region =
+      (options.capacity_per_device * 4 + options.granularity - 1) /
+      options.granularity * options.granularity;
   uint64_t file_size = region * options.device_count;
   if (ftruncate(fd, static_cast<off_t>(file_size)) != 0) {
     Status status = Errno("ftruncate of the physical-memory file");
@@ -150,7 +151,8 @@ Status HostDriver::DoRelease(uint64_t handle) {
   const HandleState& h = it->second;
   // Give the pages back to the system; the range reads as zeros afterwards.
   if (fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                static_cast<off_t>(h.file_offset), static_cast<off_t>(h.size)) != 0) {
+                static_cast<off_t>(h.file_offset),
+                static_cast<off_t>(h.size)) != 0) {
     return Errno("fallocate(PUNCH_HOLE)");
   }
   FreeFileRange(h.device, h.file_offset, h.size);
@@ -197,8 +199,9 @@ Status HostDriver::DoMap(DevicePtr ptr, uint64_t size, uint64_t handle,
 }
 
 Status HostDriver::DoUnmap(DevicePtr ptr, uint64_t size) {
-  void* back = mmap(AsPointer(ptr), size, PROT_NONE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  void* back =
+      mmap(AsPointer(ptr), size, PROT_NONE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   if (back == MAP_FAILED) return Errno("mmap(unmap)");
   return OkStatus();
 }
@@ -263,7 +266,8 @@ Status HostDriver::DoSynchronizeEvent(uint64_t event) {
   return DoQueryEvent(event).status();
 }
 
-Status HostDriver::DoCopyToDevice(DevicePtr dst, const void* src, uint64_t size) {
+Status HostDriver::DoCopyToDevice(DevicePtr dst, const void* src,
+                                  uint64_t size) {
   std::memcpy(AsPointer(dst), src, size);
   return OkStatus();
 }

@@ -90,7 +90,8 @@ class HostDriver final : public Driver {
     uint64_t size;
   };
   std::unordered_map<uint64_t, HandleState> handles_;
-  std::vector<std::map<uint64_t, uint64_t>> free_ranges_;  // per device: offset -> size
+  std::vector<std::map<uint64_t, uint64_t>>
+      free_ranges_;  // per device: offset -> size
   std::vector<uint64_t> used_per_device_;
   std::map<uint64_t, uint64_t> reservations_;  // ptr -> size, for cleanup
   uint64_t next_handle_ = 1;

@@ -21,7 +21,8 @@ std::unique_ptr<HostDriver> Make(uint64_t capacity = 64 * kG) {
 TEST(HostDriverTest, RejectsImpossibleOptions) {
   HostDriverOptions options;
   options.granularity = 1000;
-  EXPECT_EQ(HostDriver::Open(options).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(HostDriver::Open(options).status().code(),
+            StatusCode::kInvalidArgument);
   options.granularity = kG;
   options.device_count = 0;
   EXPECT_FALSE(HostDriver::Open(options).ok());
