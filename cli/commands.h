@@ -24,11 +24,14 @@ struct Command {
 };
 
 int RunInfo(const Args& args);
+int RunAnalyze(const Args& args);
 int RunCompare(const Args& args);
 
 // The table main() dispatches on, in the order `loom_tool --help` lists them.
 inline constexpr Command kCommands[] = {
     {"info", "backend, devices, granularity, total and free memory", RunInfo},
+    {"analyze", "lifetime classes, peaks and iterations of a trace or CSV",
+     RunAnalyze},
     {"compare", "compare simulated allocators on a workload", RunCompare},
 };
 

@@ -18,6 +18,7 @@ from loom import _paths
 # name -> one-line summary. Forwarded verbatim to loom_tool.
 FORWARDED = {
     "info": "backend, devices, granularity, total and free memory",
+    "analyze": "lifetime classes, peaks and iterations of a trace or CSV",
 }
 
 # Subcommands implemented in Python: name -> (summary, module, function).
