@@ -6,6 +6,8 @@
 
 #include "bench/workloads/transformer.h"
 #include "plan/minimalloc_csv.h"
+#include "plan/trace_io.h"
+#include "plan/workload.h"
 
 namespace loom::bench {
 namespace {
@@ -70,31 +72,6 @@ std::vector<std::string> BuiltinWorkloadNames() {
   return {"moe", "dense", "moe_comm"};
 }
 
-plan::Trace TraceFromInstance(const plan::Instance& instance,
-                              std::string provenance) {
-  // (time, 0 = free / 1 = alloc, buffer index)
-  std::vector<std::tuple<int64_t, int, size_t>> order;
-  order.reserve(2 * instance.buffers.size());
-  for (size_t i = 0; i < instance.buffers.size(); ++i) {
-    order.emplace_back(instance.buffers[i].start, 1, i);
-    order.emplace_back(instance.buffers[i].end, 0, i);
-  }
-  std::sort(order.begin(), order.end());
-  plan::Trace trace;
-  trace.header.device = 0;
-  trace.header.provenance = std::move(provenance);
-  trace.events.reserve(order.size());
-  for (const auto& [time, kind, i] : order) {
-    (void)time;
-    if (kind == 1) {
-      trace.AddAlloc(i, instance.buffers[i].size);
-    } else {
-      trace.AddFree(i);
-    }
-  }
-  return trace;
-}
-
 StatusOr<Workload> LoadWorkload(std::string_view spec) {
   Workload workload;
   workload.name = std::string(spec);
@@ -107,16 +84,14 @@ StatusOr<Workload> LoadWorkload(std::string_view spec) {
     LOOM_ASSIGN_OR_RETURN(plan::CsvInstance csv, plan::ReadMinimallocCsv(path));
     Status valid = plan::ValidateInstance(csv.instance);
     if (!valid.ok()) return valid.WithContext(path);
-    workload.trace =
-        TraceFromInstance(csv.instance, "MiniMalloc CSV " + path +
-                                            " (alloc at lower, free at "
-                                            "upper)");
+    workload.trace = plan::TraceFromInstance(csv.instance);
+    workload.trace.header.provenance =
+        "MiniMalloc CSV " + path + " (alloc at lower, free at upper)";
     return workload;
   }
-  return UnimplementedError(
-      "'{}': not a MiniMalloc CSV (.csv) or builtin:<name>; loom trace files "
-      "are not readable here yet",
-      spec);
+  // A loom trace, text or binary.
+  LOOM_ASSIGN_OR_RETURN(workload.trace, plan::ReadTrace(std::string(spec)));
+  return workload;
 }
 
 }  // namespace loom::bench

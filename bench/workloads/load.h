@@ -11,8 +11,7 @@
 //                                   freed at `upper`; at equal times frees
 //                                   come first, then allocations, each in
 //                                   file order (request id = buffer index)
-// Anything else is UNIMPLEMENTED for now: loom trace files plug in here
-// (LoadWorkload is the single place that maps a path to a trace).
+// Anything else is read as a loom trace file (text or binary form).
 #ifndef LOOM_BENCH_WORKLOADS_LOAD_H_
 #define LOOM_BENCH_WORKLOADS_LOAD_H_
 
@@ -37,11 +36,6 @@ StatusOr<Workload> LoadWorkload(std::string_view spec);
 
 // The names accepted after "builtin:".
 std::vector<std::string> BuiltinWorkloadNames();
-
-// The alloc/free trace of a planning instance (rules above). Alignment is
-// ignored (allocators align on their own). REQUIRES: ValidateInstance ok.
-plan::Trace TraceFromInstance(const plan::Instance& instance,
-                              std::string provenance);
 
 }  // namespace loom::bench
 

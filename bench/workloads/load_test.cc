@@ -8,6 +8,8 @@
 #include <string>
 
 #include "plan/instance.h"
+#include "plan/trace_io.h"
+#include "plan/workload.h"
 
 namespace loom::bench {
 namespace {
@@ -68,12 +70,24 @@ TEST(LoadTest, PeakOfTheTraceIsTheInstanceLowerBound) {
                       {1, 5, 15, 50, 1},
                       {2, 10, 20, 70, 1},
                       {3, 15, 16, 7, 1}};
-  plan::Trace trace = TraceFromInstance(instance, "test");
+  plan::Trace trace = plan::TraceFromInstance(instance);
   auto live = LiveBytes(trace);
   // At t=10 buffer 0 ends before buffer 2 starts: 50 + 70 = 120 < 150.
   EXPECT_EQ(*std::max_element(live.begin(), live.end()),
             plan::LowerBound(instance));
   EXPECT_EQ(plan::LowerBound(instance), 150u);
+}
+
+TEST(LoadTest, ReadsLoomTraceFiles) {
+  plan::Trace trace;
+  trace.AddIterationBegin(0);
+  trace.AddAlloc(1, 4096);
+  trace.AddFree(1);
+  trace.AddIterationEnd(0);
+  std::string path = WriteTemp("small.ltt", *plan::SerializeTrace(trace, plan::TraceFormat::kText));
+  auto workload = LoadWorkload(path);
+  ASSERT_TRUE(workload.ok()) << workload.status().ToString();
+  EXPECT_EQ(workload->trace.events, trace.events);
 }
 
 TEST(LoadTest, BuiltinWorkloadsWithOptions) {
@@ -103,7 +117,7 @@ TEST(LoadTest, ErrorsNameTheProblem) {
       {"builtin:moe:layers=0", StatusCode::kInvalidArgument, "layers"},
       {"builtin:moe:depth=3", StatusCode::kInvalidArgument, "'depth'"},
       {"/nonexistent/x.csv", StatusCode::kNotFound, "x.csv"},
-      {"trace.loomtrace", StatusCode::kUnimplemented, "trace.loomtrace"},
+      {"/nonexistent/trace.ltt", StatusCode::kNotFound, "trace.ltt"},
   };
   for (const Case& c : cases) {
     auto workload = LoadWorkload(c.spec);
@@ -113,6 +127,11 @@ TEST(LoadTest, ErrorsNameTheProblem) {
     EXPECT_NE(workload.status().message().find(c.fragment), std::string::npos)
         << c.spec << ": " << workload.status().message();
   }
+  std::string garbage = WriteTemp("garbage.ltt", "not a trace\n");
+  auto not_trace = LoadWorkload(garbage);
+  ASSERT_FALSE(not_trace.ok());
+  EXPECT_NE(not_trace.status().message().find("garbage.ltt"), std::string::npos)
+      << not_trace.status().message();
   std::string bad = WriteTemp("bad.csv", "id,lower,upper,size\n1,5,2,4\n");
   auto workload = LoadWorkload(bad);
   ASSERT_FALSE(workload.ok());
