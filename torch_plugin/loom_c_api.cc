@@ -40,15 +40,6 @@ loom::vmm::Stream AsStream(void* stream) {
   return static_cast<loom::vmm::Stream>(reinterpret_cast<uintptr_t>(stream));
 }
 
-// Applies `f` to every device's allocator.
-template <typename F>
-void ForEachAllocator(F&& f) {
-  Guarded([&] {
-    for (loom::vmm::Allocator* a : Runtime::Get().Allocators()) f(*a);
-    return loom::OkStatus();
-  });
-}
-
 }  // namespace
 
 extern "C" {
@@ -122,31 +113,41 @@ LOOM_EXPORT void loom_set_memory_fraction(double fraction, int device) {
 }
 
 LOOM_EXPORT void loom_iteration_begin(long long iteration) {
-  ForEachAllocator([&](loom::vmm::Allocator& a) {
-    a.IterationBegin(static_cast<uint64_t>(iteration));
+  Guarded([&] {
+    Runtime::Get().IterationBegin(static_cast<uint64_t>(iteration));
+    return loom::OkStatus();
   });
 }
 
 LOOM_EXPORT void loom_iteration_end(long long iteration) {
-  ForEachAllocator([&](loom::vmm::Allocator& a) {
-    a.IterationEnd(static_cast<uint64_t>(iteration));
+  Guarded([&] {
+    Runtime::Get().IterationEnd(static_cast<uint64_t>(iteration));
+    return loom::OkStatus();
   });
 }
 
 LOOM_EXPORT void loom_phase(const char* name) {
   if (name == nullptr) return;
-  ForEachAllocator([&](loom::vmm::Allocator& a) { a.Phase(name); });
+  Guarded([&] {
+    Runtime::Get().Phase(name);
+    return loom::OkStatus();
+  });
 }
 
 LOOM_EXPORT void loom_module_enter(const char* name, int dynamic) {
   if (name == nullptr) return;
-  ForEachAllocator(
-      [&](loom::vmm::Allocator& a) { a.ModuleEnter(name, dynamic != 0); });
+  Guarded([&] {
+    Runtime::Get().ModuleEnter(name, dynamic != 0);
+    return loom::OkStatus();
+  });
 }
 
 LOOM_EXPORT void loom_module_exit(const char* name) {
   if (name == nullptr) return;
-  ForEachAllocator([&](loom::vmm::Allocator& a) { a.ModuleExit(name); });
+  Guarded([&] {
+    Runtime::Get().ModuleExit(name);
+    return loom::OkStatus();
+  });
 }
 
 LOOM_EXPORT int loom_load_plan(int device, const char* path) {

@@ -53,8 +53,8 @@ void loom_module_exit(const char* name);
 
 /* Installs a plan on `device` now (the `auto` mode's switch). */
 int loom_load_plan(int device, const char* path);
-/* Writes the trace recorded on `device` so far (binary or text by the
- * extension: .ltt is text) and forgets it. */
+/* Writes everything recorded on `device` so far as a trace file (text form
+ * for a `.ltt` path, binary otherwise). */
 int loom_write_trace(int device, const char* path);
 
 /* Stats of `device` as JSON (torch.cuda.memory_stats() keys plus "loom.*").

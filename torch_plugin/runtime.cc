@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "plan/trace_io.h"
 #include "vmm/driver_factory.h"
 
 namespace loom::plugin {
@@ -165,8 +166,15 @@ StatusOr<vmm::Allocator*> Runtime::AllocatorForLocked(int device) {
                           ReadRuntimePlan(settings_.plan, granularity));
     LOOM_RETURN_IF_ERROR(allocator->LoadPlan(std::move(plan)));
   }
-  if (allocators_.size() <= static_cast<size_t>(device))
+  // Bring the new device up to the markers' current state.
+  if (markers_.in_iteration) allocator->IterationBegin(markers_.iteration);
+  if (!markers_.phase.empty()) allocator->Phase(markers_.phase);
+  for (const auto& [name, dynamic] : markers_.modules) {
+    allocator->ModuleEnter(name, dynamic);
+  }
+  if (allocators_.size() <= static_cast<size_t>(device)) {
     allocators_.resize(device + 1);
+  }
   allocators_[device] = std::move(allocator);
   return allocators_[device].get();
 }
@@ -193,6 +201,35 @@ Status Runtime::LoadPlan(int device, const std::string& path) {
   return allocator->LoadPlan(std::move(plan));
 }
 
+Status Runtime::WriteTrace(int device, const std::string& path) {
+  vmm::Allocator* allocator = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (settings_.record == 0) {
+      return FailedPreconditionError(
+          "no trace is being recorded (configure record=EVENTS first)");
+    }
+    if (device < 0 || static_cast<size_t>(device) >= allocators_.size() ||
+        allocators_[device] == nullptr) {
+      return FailedPreconditionError("device {} has served no allocation yet",
+                                     device);
+    }
+    allocator = allocators_[device].get();
+  }
+  plan::TraceFormat format =
+      path.size() >= 4 && path.substr(path.size() - 4) == ".ltt"
+          ? plan::TraceFormat::kText
+          : plan::TraceFormat::kBinary;
+  plan::Trace trace = allocator->RecordedTrace();
+  if (allocator->stats().trace_truncated) {
+    return OutOfRangeError(
+        "the trace buffer filled up ({} events); record with a larger "
+        "record=EVENTS",
+        settings_.record);
+  }
+  return plan::WriteTrace(path, trace, format);
+}
+
 Status Runtime::SetMemoryFraction(double fraction, int device) {
   (void)device;
   if (!(fraction >= 0) || fraction > 1) {
@@ -209,6 +246,53 @@ Status Runtime::SetMemoryFraction(double fraction, int device) {
   return OkStatus();
 }
 
+void Runtime::IterationBegin(uint64_t number) {
+  std::lock_guard<std::mutex> lock(mu_);
+  markers_.in_iteration = true;
+  markers_.iteration = number;
+  for (auto& a : allocators_) {
+    if (a != nullptr) a->IterationBegin(number);
+  }
+}
+
+void Runtime::IterationEnd(uint64_t number) {
+  std::lock_guard<std::mutex> lock(mu_);
+  markers_.in_iteration = false;
+  for (auto& a : allocators_) {
+    if (a != nullptr) a->IterationEnd(number);
+  }
+}
+
+void Runtime::Phase(std::string_view name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  markers_.phase = std::string(name);
+  for (auto& a : allocators_) {
+    if (a != nullptr) a->Phase(name);
+  }
+}
+
+void Runtime::ModuleEnter(std::string_view name, bool dynamic) {
+  std::lock_guard<std::mutex> lock(mu_);
+  markers_.modules.emplace_back(std::string(name), dynamic);
+  for (auto& a : allocators_) {
+    if (a != nullptr) a->ModuleEnter(name, dynamic);
+  }
+}
+
+void Runtime::ModuleExit(std::string_view name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = markers_.modules.rbegin(); it != markers_.modules.rend();
+       ++it) {
+    if (it->first == name) {
+      markers_.modules.erase(std::next(it).base());
+      break;
+    }
+  }
+  for (auto& a : allocators_) {
+    if (a != nullptr) a->ModuleExit(name);
+  }
+}
+
 Status Runtime::Shutdown() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& a : allocators_) {
@@ -220,10 +304,22 @@ Status Runtime::Shutdown() {
   }
   allocators_.clear();
   driver_.reset();
+  markers_ = MarkerState{};
   return OkStatus();
 }
 
 void SetLastError(const Status& status) { last_error = status.ToString(); }
 const char* LastError() { return last_error.c_str(); }
+
+}  // namespace loom::plugin
+
+namespace loom::plugin {
+
+StatusOr<vmm::RuntimePlan> ReadRuntimePlan(const std::string& path,
+                                           uint64_t granularity) {
+  (void)granularity;
+  return UnimplementedError("{}: reading plan files lands with the planner",
+                            path);
+}
 
 }  // namespace loom::plugin

@@ -45,14 +45,31 @@ class Runtime {
   Status LoadPlan(int device, const std::string& path);
   Status WriteTrace(int device, const std::string& path);
   Status SetMemoryFraction(double fraction, int device);
+
+  // Markers, for every device. Devices first used later start from the
+  // current state (open iteration, phase, open modules).
+  void IterationBegin(uint64_t number);
+  void IterationEnd(uint64_t number);
+  void Phase(std::string_view name);
+  void ModuleEnter(std::string_view name, bool dynamic);
+  void ModuleExit(std::string_view name);
   Status Shutdown();
 
  private:
   Runtime() = default;
   StatusOr<vmm::Allocator*> AllocatorForLocked(int device);
 
+  // What the markers have said so far, for allocators created later.
+  struct MarkerState {
+    bool in_iteration = false;
+    uint64_t iteration = 0;
+    std::string phase;
+    std::vector<std::pair<std::string, bool>> modules;  // open, outermost first
+  };
+
   std::mutex mu_;
   Settings settings_;
+  MarkerState markers_;
   std::unique_ptr<vmm::Driver> driver_;
   std::vector<std::unique_ptr<vmm::Allocator>> allocators_;  // by device
 };

@@ -542,6 +542,11 @@ plan::Trace Allocator::TakeTrace() {
   return out;
 }
 
+plan::Trace Allocator::RecordedTrace() const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  return trace_;
+}
+
 Status Allocator::EmptyCache() {
   std::lock_guard<FutexMutex> lock(mu_);
   Status status = EmptyCacheLocked();

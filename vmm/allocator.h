@@ -105,6 +105,8 @@ class Allocator : public Arena::PagePolicy {
 
   // The recorded trace so far (record mode), and forgets it.
   plan::Trace TakeTrace();
+  // A copy of everything recorded so far (record mode).
+  plan::Trace RecordedTrace() const;
 
   // Where the bytes of a live allocation are, physically (tests, replay).
   std::vector<PhysicalExtent> PhysicalExtents(DevicePtr ptr) const;

@@ -84,7 +84,8 @@ TEST(LoadTest, ReadsLoomTraceFiles) {
   trace.AddAlloc(1, 4096);
   trace.AddFree(1);
   trace.AddIterationEnd(0);
-  std::string path = WriteTemp("small.ltt", *plan::SerializeTrace(trace, plan::TraceFormat::kText));
+  std::string path = WriteTemp(
+      "small.ltt", *plan::SerializeTrace(trace, plan::TraceFormat::kText));
   auto workload = LoadWorkload(path);
   ASSERT_TRUE(workload.ok()) << workload.status().ToString();
   EXPECT_EQ(workload->trace.events, trace.events);
