@@ -620,6 +620,14 @@ std::vector<PhysicalExtent> Allocator::ExtentsLocked(
   return out;
 }
 
+std::vector<std::pair<DevicePtr, uint64_t>> Allocator::MappedRanges() const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  std::vector<std::pair<DevicePtr, uint64_t>> out = arena_->MappedRanges();
+  if (region_ != nullptr) out.emplace_back(region_->base(), region_->bytes());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<PhysicalExtent> Allocator::PhysicalExtents(DevicePtr ptr) const {
   std::lock_guard<FutexMutex> lock(mu_);
   const Allocation* found = live_.Find(ptr);

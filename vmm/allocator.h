@@ -108,6 +108,10 @@ class Allocator : public Arena::PagePolicy {
   // A copy of everything recorded so far (record mode).
   plan::Trace RecordedTrace() const;
 
+  // Virtual ranges backed by physical memory (static region and mapped arena
+  // granules), sorted: (address, size).
+  std::vector<std::pair<DevicePtr, uint64_t>> MappedRanges() const;
+
   // Where the bytes of a live allocation are, physically (tests, replay).
   std::vector<PhysicalExtent> PhysicalExtents(DevicePtr ptr) const;
   // Aborts if any invariant is broken, including two live allocations

@@ -243,6 +243,20 @@ StatusOr<std::vector<PageId>> Arena::UnmapIdle() {
   return unmapped;
 }
 
+std::vector<std::pair<DevicePtr, uint64_t>> Arena::MappedRanges() const {
+  std::vector<std::pair<DevicePtr, uint64_t>> out;
+  for (uint64_t k = 0; k < granule_page_.size(); ++k) {
+    if (granule_page_[k] == kNoPage) continue;
+    DevicePtr at = base_ + k * granularity_;
+    if (!out.empty() && out.back().first + out.back().second == at) {
+      out.back().second += granularity_;
+    } else {
+      out.emplace_back(at, granularity_);
+    }
+  }
+  return out;
+}
+
 void Arena::CheckInvariants() const {
   uint64_t free_bytes = 0;
   uint64_t previous_end = 0;

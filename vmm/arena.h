@@ -75,6 +75,8 @@ class Arena {
     return granule_page_[(ptr - base_) / granularity_];
   }
   uint64_t live_bytes() const { return live_bytes_; }
+  // Mapped address ranges, sorted and merged: (address, size).
+  std::vector<std::pair<DevicePtr, uint64_t>> MappedRanges() const;
   uint64_t mapped_granules() const { return mapped_granules_; }
   uint64_t maps() const { return maps_; }
   uint64_t unmaps() const { return unmaps_; }
