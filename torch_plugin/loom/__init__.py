@@ -54,7 +54,7 @@ def pool(device=None, **options):
     from loom import config as _config  # pylint: disable=import-outside-toplevel
     session = _control.current()
     if session is None:
-        _torch.import_torch("loom.pool()")
+        _torch.pool_torch()
         session = _control._start(_config.parse_config(  # pylint: disable=protected-access
             "pool", ".loom", None, device, atexit=False, **options))
     elif options:

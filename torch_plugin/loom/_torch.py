@@ -142,10 +142,8 @@ def patch_stats(torch):
                 setattr(namespace, name, replacement)
 
 
-@contextlib.contextmanager
-def pool(session, device=None):
-    """Routes this thread's CUDA allocations inside the block to a MemPool
-    served by libloom (see loom.pool)."""
+def pool_torch():
+    """torch after checking that it has MemPool and CUDA."""
     torch = import_torch("loom.pool()")
     if not (hasattr(torch.cuda, "MemPool") and
             hasattr(torch.cuda, "use_mem_pool")):
@@ -154,6 +152,14 @@ def pool(session, device=None):
                         f"PyTorch {_version(torch)}. Use loom.enable() instead.")
     if not torch.cuda.is_available():
         raise LoomError("loom.pool(): CUDA is not available to PyTorch")
+    return torch
+
+
+@contextlib.contextmanager
+def pool(session, device=None):
+    """Routes this thread's CUDA allocations inside the block to a MemPool
+    served by libloom (see loom.pool)."""
+    torch = pool_torch()
     if session.torch_allocator is not None:
         raise LoomError("loom.pool(): loom.enable() already made loom the "
                         "allocator of every CUDA tensor; use one or the other")

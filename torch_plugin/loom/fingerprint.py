@@ -17,8 +17,8 @@ everything that legitimately differs between processes taken out:
     not by request id.
 Each alloc contributes (size, stream), each free (age, stream). Markers do
 not count, only where iterations begin and end. Two parts are hashed apart:
-the steady part (the last complete iteration) and the prologue (everything
-before it), so a mismatch can say which differs.
+the steady part (the last complete iteration that allocates) and the
+prologue (everything before it), so a mismatch can say which differs.
 """
 
 import hashlib
@@ -50,23 +50,25 @@ def fingerprint_trace(trace):
     """Fingerprint of a trace_text.Trace: a dict with `prologue` and
     `steady` (hex SHA-256), counts, and `version`."""
     events = trace.events
-    # The last complete iteration: the last iter_begin followed by its
-    # iter_end (or by the next iter_begin).
-    begins = [i for i, e in enumerate(events) if e.kind == trace_text.ITER_BEGIN]
+    # The steady part: the last complete iteration (an iter_begin followed by
+    # its iter_end or the next iter_begin) that allocates anything; an empty
+    # one (closed by loom.finish() right after loom.step()) does not count.
     steady_start = steady_end = None
-    for index in reversed(begins):
-        end = next((j for j in range(index + 1, len(events))
-                    if events[j].kind in (trace_text.ITER_END,
-                                          trace_text.ITER_BEGIN)), None)
-        if end is not None:
+    end = None
+    for index in range(len(events) - 1, -1, -1):
+        kind = events[index].kind
+        if kind == trace_text.ITER_BEGIN and end is not None and any(
+                e.kind == trace_text.ALLOC for e in events[index + 1:end]):
             steady_start, steady_end = index, end
             break
+        if kind in (trace_text.ITER_END, trace_text.ITER_BEGIN):
+            end = index
     parts = {"prologue": _Hasher(), "steady": _Hasher()}
     streams = {0: 0}
     alloc_index = {}   # request id -> ordinal among counted allocs
     dynamic_stack = []
     counted = 0
-    iterations = 0
+    iterations = sum(1 for e in events if e.kind == trace_text.ITER_BEGIN)
     for position, event in enumerate(events):
         if steady_start is not None and steady_start <= position <= steady_end:
             part = parts["steady"]
@@ -82,7 +84,6 @@ def fingerprint_trace(trace):
             if dynamic_stack:
                 dynamic_stack.pop()
         elif kind == trace_text.ITER_BEGIN:
-            iterations += 1
             part.add("ib;")
         elif kind == trace_text.ITER_END:
             part.add("ie;")

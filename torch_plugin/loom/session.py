@@ -36,7 +36,7 @@ from loom import config as config_lib
 from loom import fingerprint as fp
 from loom import planning
 from loom import trace_text
-from loom.errors import LoomError
+from loom.errors import LoomError, NativeError
 
 log = logging.getLogger("loom")
 
@@ -219,7 +219,15 @@ class Session:
         config = self.config
         trace = config_lib.trace_path(config.workdir, self.ranks.rank,
                                       config.trace_format)
-        self.native.write_trace(self.device, str(trace))
+        try:
+            self.native.write_trace(self.device, str(trace))
+        except NativeError as error:
+            if "served no allocation" not in error.message:
+                raise
+            raise LoomError(
+                f"nothing to write to {trace}: device {self.device} served no "
+                f"allocation (does the model run on device {self.device}? "
+                f"pass loom.enable(device=N) otherwise)") from None
         self.trace_file = trace
         if config.trace_format == "text":
             return trace, None
