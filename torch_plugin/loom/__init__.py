@@ -21,7 +21,7 @@ from loom import snapshot_export as _snapshot_export
 from loom.snapshot_import import import_snapshot  # noqa: F401
 
 from loom.errors import LoomError  # noqa: F401
-from loom.control import enable, finish, status  # noqa: F401
+from loom.control import enable, finish, status, wait_for_plan  # noqa: F401
 from loom.control import _configure_native, _reset  # noqa: F401
 from loom.markers import (step, phase, watch, begin_iteration,  # noqa: F401
                           end_iteration, module_enter, module_exit)
@@ -30,7 +30,8 @@ from loom.stats import (memory_stats, reset_peak_memory_stats,  # noqa: F401
 from loom.integrations import hf_callback, megatron_forward_step  # noqa: F401
 
 __all__ = [
-    "LoomError", "enable", "finish", "status", "pool", "step", "phase",
+    "LoomError", "enable", "finish", "status", "wait_for_plan", "pool",
+    "step", "phase",
     "watch", "begin_iteration", "end_iteration", "module_enter",
     "module_exit", "memory_stats", "reset_peak_memory_stats",
     "memory_summary", "export_snapshot", "import_snapshot", "hf_callback",

@@ -121,14 +121,13 @@ def _configure_native(mode="auto", workdir=".loom", plan=None, device=None,
 def enable(mode="auto", workdir=".loom", plan=None, device=None, **options):
     """Makes loom the CUDA allocator of this process. Call it first thing,
     before anything touches the GPU. See docs/plugin.md for the modes and
-    options. Returns status()."""
+    options. Returns status() (without the allocator figures)."""
     if mode not in config_lib.MODES:
         raise LoomError(f"mode: {mode!r} is not one of 'record', 'plan', "
                         f"'auto'")
     config = config_lib.parse_config(mode, workdir, plan, device, **options)
     if config.backend != "cuda":
-        _start(config)
-        return status()
+        return _start(config).status(with_stats=False)
     from loom import _torch  # pylint: disable=import-outside-toplevel
     torch = _torch.ready_torch("loom.enable()")
     session = _start(config)
@@ -139,7 +138,9 @@ def enable(mode="auto", workdir=".loom", plan=None, device=None, **options):
     except BaseException:
         _abandon(session)
         raise
-    return status()
+    # Without stats: they would create an allocator on session.device, which
+    # may not be the device this process goes on to use.
+    return session.status(with_stats=False)
 
 
 def _abandon(session):
@@ -158,6 +159,18 @@ def finish(wait=True):
     if session is None:
         return None
     session.finish(wait=wait)
+    return session.status()
+
+
+def wait_for_plan(timeout=None):
+    """Auto mode: blocks until a running planner has finished (or `timeout`
+    seconds); its plan is installed at the next iteration boundary. Returns
+    status(). For benchmarks and tests that want the switch at a known
+    point; training never needs to wait."""
+    session = require("loom.wait_for_plan()")
+    planner = session._planner  # pylint: disable=protected-access
+    if planner is not None:
+        planner.join(timeout)
     return session.status()
 
 

@@ -294,12 +294,17 @@ class Session:
 
     # ------------------------------------------------------------- status
 
-    def status(self):
+    def status(self, with_stats=True):
+        """A dict describing the session. `with_stats` reads the device's
+        allocator stats, which creates the allocator if the device has not
+        been used yet (enable() passes False)."""
         with self.lock:
-            try:
-                stats, stats_error = self.native.stats(self.device), None
-            except LoomError as error:  # e.g. no CUDA driver yet
-                stats, stats_error = {}, str(error)
+            stats, stats_error = {}, None
+            if with_stats:
+                try:
+                    stats = self.native.stats(self.device)
+                except LoomError as error:  # e.g. no CUDA driver here
+                    stats_error = str(error)
             hit_rate = stats.get("loom.last_iteration_hit_rate", -1)
             config = self.config
             files = {"workdir": str(config.workdir)}

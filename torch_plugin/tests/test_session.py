@@ -168,7 +168,7 @@ def test_auto_mode_plans_in_the_background(loom_env, tmp_path):
     loop = _run(loom, session, 2)
     assert loom.status()["state"] == "planning"  # training is not blocked
     release.set()
-    session._planner.join(10)
+    assert loom.wait_for_plan(10)["state"] == "planning"  # until a boundary
     loop.iteration()
     loom.step()  # the result is taken at an iteration boundary
     assert loom.status()["state"] == "fallback"
