@@ -45,6 +45,7 @@ PLANNING = "planning"
 PLANNED = "planned"
 FALLBACK = "fallback"
 SERVING = "serving"
+RECORDED = "recorded"
 
 
 class Session:
@@ -69,6 +70,9 @@ class Session:
         self.plan_file = plan_file
         self.plan_source = plan_source
         self.plan_error = None
+        self.record_error = None   # record mode: why the trace is missing
+        self._events_seen = 0      # trace events at the last boundary
+        self._max_iteration_events = 0
         self.plan_seconds = None
         self.torch_allocator = None  # the CUDAPluggableAllocator, when installed
         self.torch_hooks = []
@@ -124,13 +128,58 @@ class Session:
     # ---------------------------------------------------------- auto mode
 
     def _at_boundary(self):
-        if self.mode != "auto":
-            return
-        if self.state == RECORDING and \
-                self.completed >= self.config.record_iterations:
-            self._start_planning()
+        if self.state == RECORDING:
+            if self.mode == "auto" and \
+                    self.completed >= self.config.record_iterations:
+                self._start_planning()
+            elif self._buffer_nearly_full():
+                log.warning("loom: the trace buffer (record_events=%d) is "
+                            "nearly full; the trace ends at iteration %d",
+                            self.config.record_events, self.iteration)
+                if self.mode == "auto":
+                    self._start_planning()
+                else:
+                    self._write_recording()
         if self.state == PLANNING:
             self._install_if_ready()
+
+    def _buffer_nearly_full(self):
+        """True when the record buffer may not hold one more iteration (the
+        largest so far, twice), so the trace must be written at this
+        boundary to end with complete iterations."""
+        try:
+            stats = self.native.stats(self.device)
+        except LoomError:
+            return False
+        events = stats.get("loom.trace_events", 0)
+        grown = events - self._events_seen
+        self._events_seen = events
+        self._max_iteration_events = max(self._max_iteration_events, grown)
+        return stats.get("loom.trace_truncated", False) or (
+            self.config.record_events - events < 2 * self._max_iteration_events)
+
+    def _write_recording(self):
+        """Record mode: writes the trace now; the fingerprint is computed in
+        the background (parsing a large trace takes seconds)."""
+        try:
+            trace, text = self._write_trace_files()
+        except LoomError as error:
+            self.record_error = str(error)
+            self.state = FALLBACK
+            log.warning("loom: cannot write the trace: %s", error)
+            return
+        self.state = RECORDED
+        self._planner = threading.Thread(
+            target=self._fingerprint_job, args=(trace, text), daemon=True,
+            name="loom-fingerprint")
+        self._planner.start()
+
+    def _fingerprint_job(self, trace, text):
+        try:
+            self._fingerprint(trace, text)
+        except LoomError as error:
+            with self.lock:
+                self.record_error = str(error)
 
     def _start_planning(self):
         self.state = PLANNING
@@ -219,15 +268,19 @@ class Session:
         config = self.config
         trace = config_lib.trace_path(config.workdir, self.ranks.rank,
                                       config.trace_format)
+        unused = LoomError(
+            f"nothing to write to {trace}: device {self.device} served no "
+            f"allocation (does the model run on device {self.device}? pass "
+            f"loom.enable(device=N) otherwise)")
         try:
+            if self.native.stats(self.device).get(
+                    "allocation.all.allocated", 0) == 0:
+                raise unused
             self.native.write_trace(self.device, str(trace))
         except NativeError as error:
-            if "served no allocation" not in error.message:
-                raise
-            raise LoomError(
-                f"nothing to write to {trace}: device {self.device} served no "
-                f"allocation (does the model run on device {self.device}? "
-                f"pass loom.enable(device=N) otherwise)") from None
+            if "served no allocation" in error.message:
+                raise unused from None
+            raise
         self.trace_file = trace
         if config.trace_format == "text":
             return trace, None
@@ -275,16 +328,19 @@ class Session:
                 self.iteration += 1
                 self.completed += 1
             self.finished = True
-            needs_trace = self.mode == "record" or (
-                self.mode == "auto" and self.state == RECORDING)
+            needs_trace = self.state == RECORDING
             planner = self._planner
         if needs_trace:
             trace, text = self._write_trace_files()
             self._fingerprint(trace, text)
+            if self.mode == "record":
+                self.state = RECORDED
         if planner is not None and wait:
             planner.join(self.config.plan_timeout)
         elif planner is not None:
             self._stop.set()
+        if self.record_error is not None:
+            raise LoomError(f"no trace was recorded: {self.record_error}")
 
     def stop_planner(self, timeout=5.0):
         """Asks the planner thread to stop waiting and joins it (tests)."""
@@ -328,6 +384,7 @@ class Session:
                 "plan_loaded": bool(stats.get("loom.static_region_bytes", 0)),
                 "plan_source": self.plan_source,
                 "plan_error": self.plan_error,
+                "record_error": self.record_error,
                 "hit_rate": None if hit_rate is None or hit_rate < 0
                 else hit_rate,
                 "plan_hits": stats.get("loom.plan_hits", 0),

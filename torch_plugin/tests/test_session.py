@@ -285,3 +285,31 @@ def test_recording_a_device_that_never_allocated(loom_env, tmp_path):
         loom.finish()
     assert "device 1 served no allocation" in str(error.value)
     assert "loom.enable(device=N)" in str(error.value)
+
+
+def test_long_recording_ends_at_a_boundary_before_the_buffer_fills(
+        loom_env, tmp_path):
+    loom = loom_env
+    session = loom._configure_native(mode="record", workdir=tmp_path,
+                                     record_events=150, trace_format="text",
+                                     **HOST)
+    loop = FakeLoop(session.native)
+    states = []
+    for _ in range(12):
+        loop.iteration(markers=loom.phase)
+        loom.step()
+        states.append(loom.status()["state"])
+    # ~25 events per iteration: written once fewer than two iterations fit.
+    assert states[:3] == ["recording"] * 3
+    assert states[-1] == "recorded"
+    trace_file = tmp_path / "trace.rank0.ltt"
+    written = trace_file.read_bytes()
+    trace = trace_text.read_trace(trace_file)
+    assert len(trace.events) <= 150
+    assert trace.events[-1].kind == "iter_end", "ends at a boundary"
+    ends = [e.id for e in trace.events if e.kind == "iter_end"]
+    assert ends == list(range(1, len(ends) + 1)) and len(ends) >= 2
+    loom.finish()  # nothing more to write, no error
+    assert trace_file.read_bytes() == written
+    assert fp.read_sidecar(trace_file)["fingerprint"]["steady_allocs"] == 10
+    loop.close()
