@@ -4,11 +4,18 @@ One `Session` per process (libloom has one allocator per device and can be
 configured once). It owns the markers (iterations, phases, modules) and the
 state machine of the three modes:
 
-  record:  recording ──finish()──► trace written (trace.rank{r}.ltb + .json)
+  record:  recording ──finish(), or buffer nearly full──► recorded
+                (trace.rank{r}.ltb + .json written at an iteration boundary)
   plan:    serving (the plan is installed on the device at enable())
   auto:    recording ──N iterations──► planning ──plan ready──► planned
                                             │
                                             └─ failure ──► fallback
+  pool:    serving (loom.pool(): segments from PyTorch's caching allocator)
+
+While recording, each iteration boundary checks the record buffer: when it
+may not hold one more iteration, the trace is written there (record mode)
+or planned from what it holds (auto mode), so a trace always ends with
+complete iterations instead of overflowing.
 
 In auto mode, at the end of iteration N (N = record_iterations, counted by
 iteration ends: the first loom.step() ends iteration 0), the trace is

@@ -313,3 +313,28 @@ def test_long_recording_ends_at_a_boundary_before_the_buffer_fills(
     assert trace_file.read_bytes() == written
     assert fp.read_sidecar(trace_file)["fingerprint"]["steady_allocs"] == 10
     loop.close()
+
+
+def test_files_subcommand_groups_ranks_by_requests(loom_env, tmp_path,
+                                                   monkeypatch, capsys):
+    from loom import cli
+    loom = loom_env
+    for rank, extra in ((0, None), (1, 1), (2, None)):
+        monkeypatch.setenv("RANK", str(rank))
+        session = loom._configure_native(mode="record", workdir=tmp_path,
+                                         **HOST)
+        _run(loom, session, 3, extra_at=extra).close()
+        loom.finish()
+        loom._reset()
+    config_lib.plan_path(tmp_path, 0).write_bytes(FAKE_PLAN)
+    assert cli.main(["files", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "identical requests (may share a plan): ranks 0,2; ranks 1" in out
+    assert "plan.rank0.lplan   trace.rank0.ltb.json" in out
+    assert cli.main(["files", str(tmp_path), "--json"]) == 0
+    import json
+    report = json.loads(capsys.readouterr().out)
+    assert report["identical_requests"] == [[0, 2], [1]]
+    assert [r["steady_requests"] for r in report["ranks"]] == [10, 10, 10]
+    assert cli.main(["files", str(tmp_path / "missing")]) == 1
+    assert "not a directory" in capsys.readouterr().err
