@@ -14,7 +14,8 @@ import argparse
 import loom
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--mode", default="auto", choices=("record", "plan", "auto"))
+parser.add_argument("--mode", default="auto",
+                    choices=("record", "plan", "auto"))
 parser.add_argument("--workdir", default=".loom")
 args = parser.parse_args()
 
@@ -47,7 +48,8 @@ trainer = Trainer(
                            gradient_accumulation_steps=2, logging_steps=10,
                            report_to=[], save_strategy="no"),
     train_dataset=RandomTokens(2000, 512, config.vocab_size),
-    # For an MoE model, name the experts: loom.hf_callback(dynamic=["*.experts.*"])
+    # For an MoE model name the experts:
+    # loom.hf_callback(dynamic=["*.experts.*"])
     callbacks=[loom.hf_callback()],
 )
 trainer.train()

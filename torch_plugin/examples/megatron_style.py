@@ -25,7 +25,8 @@ import argparse
 import loom
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--mode", default="auto", choices=("record", "plan", "auto"))
+parser.add_argument("--mode", default="auto",
+                    choices=("record", "plan", "auto"))
 parser.add_argument("--workdir", default=".loom")
 parser.add_argument("--iterations", type=int, default=30)
 args = parser.parse_args()
@@ -84,7 +85,8 @@ for iteration in range(args.iterations):
     loss = train_step(wrapped_forward_step, data, model, optimizer)
     loom.step()                       # one call per iteration, after train_step
     if iteration % 10 == 0:
-        print(f"iteration {iteration}: loss {loss:.4f}, {loom.status()['state']}")
+        state = loom.status()["state"]
+        print(f"iteration {iteration}: loss {loss:.4f}, loom {state}")
 
 loom.finish()
 print(loom.memory_summary())

@@ -1,7 +1,7 @@
 """loom in a plain PyTorch training loop (a small GPT-style model, optionally
 with MoE layers whose per-expert token counts change every step).
 
-    python3 plain_loop.py                      # auto: record 3 steps, plan, go on
+    python3 plain_loop.py                # auto: record 3 steps, plan, go on
     python3 plain_loop.py --mode record        # 1. profile a few steps
     python3 -m loom plan .loom/trace.rank0.ltb -o .loom/plan.rank0.lplan  # 2.
     python3 plain_loop.py --mode plan          # 3. run on the plan
@@ -15,7 +15,8 @@ import argparse
 import loom
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--mode", default="auto", choices=("record", "plan", "auto"))
+parser.add_argument("--mode", default="auto",
+                    choices=("record", "plan", "auto"))
 parser.add_argument("--steps", type=int, default=50)
 parser.add_argument("--moe", action="store_true")
 parser.add_argument("--workdir", default=".loom")

@@ -16,7 +16,8 @@ import os
 import loom
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--mode", default="auto", choices=("record", "plan", "auto"))
+parser.add_argument("--mode", default="auto",
+                    choices=("record", "plan", "auto"))
 parser.add_argument("--workdir", default=".loom")
 args = parser.parse_args()
 

@@ -20,6 +20,8 @@ import contextlib
 from loom import snapshot_export as _snapshot_export
 from loom.snapshot_import import import_snapshot  # noqa: F401
 
+from loom import config as _config
+from loom import control as _control
 from loom.errors import LoomError  # noqa: F401
 from loom.control import enable, finish, status, wait_for_plan  # noqa: F401
 from loom.control import _configure_native, _reset  # noqa: F401
@@ -51,13 +53,12 @@ def pool(device=None, **options):
     release a pool's segments; keep tensors made in the pool from outliving
     it. `options` configure loom (backend, cap, fraction) on first use."""
     from loom import _torch  # pylint: disable=import-outside-toplevel
-    from loom import control as _control  # pylint: disable=import-outside-toplevel
-    from loom import config as _config  # pylint: disable=import-outside-toplevel
     session = _control.current()
     if session is None:
         _torch.pool_torch()
-        session = _control._start(_config.parse_config(  # pylint: disable=protected-access
-            "pool", ".loom", None, device, atexit=False, **options))
+        config = _config.parse_config("pool", ".loom", None, device,
+                                      atexit=False, **options)
+        session = _control._start(config)  # pylint: disable=protected-access
     elif options:
         raise LoomError("loom.pool(): loom is already configured; options are "
                         "taken on first use only")
@@ -85,7 +86,6 @@ def export_snapshot(trace=None, path=None, addresses=None, granularity=None,
 def _export_current(path, addresses, granularity, segment_mode):
     import os  # pylint: disable=import-outside-toplevel
     import tempfile  # pylint: disable=import-outside-toplevel
-    from loom import control as _control  # pylint: disable=import-outside-toplevel
     session = _control.require("loom.export_snapshot(path)")
     if session.config.record_events == 0:
         raise LoomError("loom.export_snapshot(path): this run records no "

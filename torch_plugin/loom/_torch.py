@@ -56,8 +56,9 @@ def ready_torch(what):
     memory = getattr(cuda, "memory", None)
     if not (hasattr(memory, "CUDAPluggableAllocator") and
             hasattr(memory, "change_current_allocator")):
-        raise LoomError(f"{what} needs torch.cuda.memory.CUDAPluggableAllocator "
-                        f"(PyTorch >= 2.0); this is PyTorch {_version(torch)}")
+        raise LoomError(f"{what} needs torch.cuda.memory."
+                        f"CUDAPluggableAllocator (PyTorch >= 2.0); this is "
+                        f"PyTorch {_version(torch)}")
     if not cuda.is_available():
         raise LoomError(
             f"{what}: CUDA is not available to PyTorch {_version(torch)} "
@@ -149,7 +150,8 @@ def pool_torch():
             hasattr(torch.cuda, "use_mem_pool")):
         raise LoomError(f"loom.pool() needs torch.cuda.MemPool and "
                         f"torch.cuda.use_mem_pool (PyTorch >= 2.5); this is "
-                        f"PyTorch {_version(torch)}. Use loom.enable() instead.")
+                        f"PyTorch {_version(torch)}. Use loom.enable() "
+                        f"instead.")
     if not torch.cuda.is_available():
         raise LoomError("loom.pool(): CUDA is not available to PyTorch")
     return torch

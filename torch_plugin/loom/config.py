@@ -78,7 +78,8 @@ def parse_size(value, what):
             return int(match.group(1)) << _UNITS[match.group(2)]
         raise LoomError(f"{what}: {value!r} is not a byte count (examples: "
                         f"1048576, '512MiB', '40GiB')")
-    raise LoomError(f"{what}: expected a byte count, got {type(value).__name__}")
+    raise LoomError(f"{what}: expected a byte count, got "
+                    f"{type(value).__name__}")
 
 
 def _int(value, what, low, high=None):

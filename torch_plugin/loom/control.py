@@ -45,6 +45,11 @@ def require(what):
     return session
 
 
+def _already_enabled():
+    raise LoomError(f"loom is already enabled in this process (mode="
+                    f"{_session.mode!r}); call loom.enable() once, first thing")
+
+
 def _device_for(config, ranks):
     if config.device is not None:
         return config.device
@@ -59,9 +64,7 @@ def _start(config, native_path=None):
     global _session, _atexit_registered  # pylint: disable=global-statement
     with _lock:
         if _session is not None:
-            raise LoomError(
-                f"loom is already enabled in this process (mode="
-                f"{_session.mode!r}); call loom.enable() once, first thing")
+            _already_enabled()
         ranks = config_lib.rank_info()
         device = _device_for(config, ranks)
         try:
@@ -126,6 +129,8 @@ def enable(mode="auto", workdir=".loom", plan=None, device=None, **options):
         raise LoomError(f"mode: {mode!r} is not one of 'record', 'plan', "
                         f"'auto'")
     config = config_lib.parse_config(mode, workdir, plan, device, **options)
+    if _session is not None:  # before the torch checks, whose CUDA-already-
+        _already_enabled()     # initialised message would mislead here
     if config.backend != "cuda":
         return _start(config).status(with_stats=False)
     from loom import _torch  # pylint: disable=import-outside-toplevel

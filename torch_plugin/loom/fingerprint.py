@@ -167,6 +167,7 @@ def read_sidecar(path):
     fingerprint = record.get("fingerprint") if isinstance(record, dict) \
         else None
     if not isinstance(fingerprint, dict) or not all(
-            isinstance(fingerprint.get(k), str) for k in ("prologue", "steady")):
+            isinstance(fingerprint.get(k), str)
+            for k in ("prologue", "steady")):
         raise LoomError(f"{target}: no fingerprint in it (not written by loom)")
     return record

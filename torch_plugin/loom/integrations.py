@@ -75,7 +75,8 @@ def hf_callback(dynamic=None, finish_on_train_end=True):
     global _hf_class  # pylint: disable=global-statement
     if _hf_class is None:
         try:
-            from transformers import TrainerCallback  # pylint: disable=import-outside-toplevel
+            # pylint: disable-next=import-outside-toplevel
+            from transformers import TrainerCallback
         except ImportError as error:
             raise LoomError(f"loom.hf_callback() needs the transformers "
                             f"package ({error})") from None

@@ -81,7 +81,7 @@ class Session:
         self._events_seen = 0      # trace events at the last boundary
         self._max_iteration_events = 0
         self.plan_seconds = None
-        self.torch_allocator = None  # the CUDAPluggableAllocator, when installed
+        self.torch_allocator = None  # CUDAPluggableAllocator, once installed
         self.torch_hooks = []
         self.torch_pool_allocator = None  # loom.pool(): its allocator
         self.torch_pools = {}             # loom.pool(): device -> MemPool

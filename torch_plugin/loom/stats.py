@@ -136,7 +136,7 @@ def memory_summary(device=None, abbreviated=False):
     head = f"{'Metric':^23}|{'Cur Usage':^12}|{'Peak Usage':^12}|" \
            f"{'Tot Alloc':^12}|{'Tot Freed':^12}"
     lines = [_rule("="),
-             _line(f"{'loom memory summary, device ID ' + str(index):^{_WIDTH}}"),
+             _line(f"loom memory summary, device ID {index}".center(_WIDTH)),
              _rule(),
              _line(_status_line(stats, session)),
              _rule("="),

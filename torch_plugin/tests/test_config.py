@@ -30,7 +30,8 @@ def test_defaults_per_mode():
     (("auto",), {"cap": 1.5}, "cap: expected a byte count, got float"),
     (("auto",), {"fraction": 1.5}, "fraction: 1.5 is not a number in [0, 1]"),
     (("auto",), {"fraction": "half"}, "fraction: 'half' is not a number"),
-    (("auto",), {"record_iterations": 0}, "record_iterations: 0 is not in >= 1"),
+    (("auto",), {"record_iterations": 0},
+     "record_iterations: 0 is not in >= 1"),
     (("auto",), {"record_iterations": 2.0}, "expected an integer, got 2.0"),
     (("record",), {"record_events": 0}, "record_events must be > 0"),
     (("auto",), {"record_events": 1 << 33}, "record_events: 8589934592 is not "

@@ -128,6 +128,9 @@ def test_enable_installs_libloom_with_its_hooks(loom_env, tmp_path,
     assert torch.cuda.memory.memory_stats is stats.memory_stats
     assert torch.cuda.reset_peak_memory_stats is stats.reset_peak_memory_stats
     assert torch.cuda.memory_summary is stats.memory_summary
+    # A second enable() says so (not "CUDA is already initialised").
+    with pytest.raises(LoomError, match="already enabled in this process"):
+        loom.enable(mode="plan", workdir=tmp_path)
     # PyTorch cannot give the allocator back.
     with pytest.raises(LoomError, match="cannot be shut down"):
         loom._reset()
@@ -156,8 +159,9 @@ def test_missing_record_stream_hook_is_a_warning(loom_env, tmp_path,
 def test_pool(loom_env, monkeypatch):
     loom = loom_env
     _use(monkeypatch)
-    with pytest.raises(LoomError, match=r"needs torch.cuda.MemPool and torch."
-                                        r"cuda.use_mem_pool \(PyTorch >= 2.5\)"):
+    with pytest.raises(LoomError, match=r"needs torch.cuda.MemPool and "
+                                        r"torch.cuda.use_mem_pool "
+                                        r"\(PyTorch >= 2.5\)"):
         with loom.pool():
             pass
     assert control.current() is None, "nothing configured after the error"

@@ -41,7 +41,8 @@ def _env():
 
 
 def run(model, mode, workdir, out_dir):
-    out = Path(out_dir) / f"{model}-{mode}-{len(list(Path(out_dir).iterdir()))}.json"
+    index = len(list(Path(out_dir).iterdir()))
+    out = Path(out_dir) / f"{model}-{mode}-{index}.json"
     command = [sys.executable, str(WORKER), "--model", model, "--mode", mode,
                "--steps", str(STEPS), "--workdir", str(workdir), "--out",
                str(out)]
@@ -104,8 +105,9 @@ def test_training_under_loom_matches_pytorch(model, tmp_path):
     baseline = run(model, "torch", tmp_path / "unused", outputs)
     again = run(model, "torch", tmp_path / "unused", outputs)
     if again["losses"] != baseline["losses"]:
+        step = _first_difference(again["losses"], baseline["losses"])
         pytest.skip(f"{model}: PyTorch itself is not deterministic here "
-                    f"(step {_first_difference(again['losses'], baseline['losses'])})")
+                    f"(step {step})")
     manual = tmp_path / "manual"
     recorded = run(model, "record", manual, outputs)
     check_loom_run(recorded, baseline, "record")

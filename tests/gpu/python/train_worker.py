@@ -144,7 +144,8 @@ def stats_checks(torch, loom):
     torch.cuda.synchronize()
     free1, _ = torch.cuda.mem_get_info()
     r1 = loom.memory_stats()["reserved_bytes.all.current"]
-    checks["growth_matches_driver"] = abs((r1 - r0) - (free0 - free1)) <= 64 * MiB
+    checks["growth_matches_driver"] = \
+        abs((r1 - r0) - (free0 - free1)) <= 64 * MiB
     checks["growth_detail"] = [r1 - r0, free0 - free1]
     del extra
     return checks, stats, [free, total]
