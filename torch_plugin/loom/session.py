@@ -80,7 +80,6 @@ class Session:
         self.record_error = None   # record mode: why the trace is missing
         self._events_seen = 0      # trace events at the last boundary
         self._max_iteration_events = 0
-        self.plan_seconds = None
         self.torch_allocator = None  # CUDAPluggableAllocator, once installed
         self.torch_hooks = []
         self.torch_pool_allocator = None  # loom.pool(): its allocator
