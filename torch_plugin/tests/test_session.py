@@ -18,7 +18,7 @@ FAKE_PLAN = planning.PLAN_MAGIC + b"\x01\x00\x00\x00 a stand-in plan body"
 # What a missing planner or plan reader says (loom_tool plan on traces and
 # the runtime's plan reader land with the planner).
 NOT_YET = ("unknown subcommand 'plan'", "reading plan files lands",
-           "not a MiniMalloc")
+           "not a MiniMalloc", "unknown column")
 
 
 def _run(loom, session, iterations, extra_at=None):
