@@ -76,7 +76,7 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
 # Iterations end at optimizer.step(); phases and MoE windows from the model.
 loom.watch(optimizer)
-loom.watch(model, dynamic=["*.mlp.experts.*"] if args.moe else None)
+loom.watch(model, dynamic=[r"re:mlp\.experts\.\d+$"] if args.moe else None)
 
 for step in range(args.steps):
     batch = torch.randint(VOCAB, (16, SEQ + 1), device="cuda")

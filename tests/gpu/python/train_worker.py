@@ -166,7 +166,8 @@ def main(argv):
     model = model.cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     if loom is not None:
-        dynamic = ["layers.*.mlp.experts.*"] if args.model == "moe" else None
+        dynamic = ([r"re:^layers\.\d+\.mlp\.experts\.\d+$"]
+                   if args.model == "moe" else None)
         loom.watch(model, dynamic=dynamic)
         loom.watch(optimizer)
     losses, started = [], time.monotonic()
