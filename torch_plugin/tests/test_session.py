@@ -373,3 +373,39 @@ def test_record_then_plan_mode_serves_from_the_plan(loom_env, tmp_path):
         hits = stats["loom.plan_hits"]
         session.native.check_invariants(0)
     loop.close()
+
+
+def test_auto_mode_reuses_rank0s_plan_only_when_requests_match(
+        loom_env, tmp_path, monkeypatch):
+    loom = loom_env
+    planned = []
+
+    def planner(trace, plan):
+        planned.append(plan)
+        with open(plan, "wb") as out:
+            out.write(FAKE_PLAN)
+
+    def auto_run(rank, extra_at=None):
+        monkeypatch.setenv("RANK", str(rank))
+        session = loom._configure_native(
+            mode="auto", workdir=tmp_path, record_iterations=3,
+            planner=planner, plan_async=False, reuse_plan_from=0,
+            plan_timeout=5, **HOST)
+        _run(loom, session, 4, extra_at=extra_at).close()
+        status = loom.status()
+        loom._reset()
+        return status
+
+    rank0 = auto_run(0)
+    assert planned == [str(tmp_path / "plan.rank0.lplan")]
+    # Rank 1, same requests: takes rank 0's plan (which, being a stand-in,
+    # cannot be installed: that failure names the reused file).
+    rank1 = auto_run(1)
+    assert len(planned) == 1, "rank 1 did not plan"
+    assert rank1["plan_error"].startswith(
+        f"cannot install {tmp_path / 'plan.rank0.lplan'}")
+    assert rank0["plan_error"].startswith(
+        f"cannot install {tmp_path / 'plan.rank0.lplan'}")
+    # Rank 2 makes an extra request: plans its own.
+    auto_run(2, extra_at=2)
+    assert planned[1:] == [str(tmp_path / "plan.rank2.lplan")]
