@@ -1,14 +1,102 @@
 """loom: a planned, virtual-memory GPU allocator for PyTorch training.
 
-The package imports torch lazily: everything that does not need a GPU
-(trace import, analysis, planning, comparison, the command line) works on a
-machine without torch or CUDA.
+    import loom
+    loom.enable(mode="auto")          # first thing, before CUDA is touched
+    ...
+    loom.watch(optimizer)             # or loom.step() after each iteration
+
+The package imports torch lazily (only loom.enable() with the CUDA backend
+and loom.pool() need it): everything else (trace import, analysis,
+planning, comparison, the command line, and the whole allocator on the host
+backend) works on a machine without torch or CUDA. docs/plugin.md is the
+user guide.
 """
 
 __version__ = "0.1.0"
 
-# Snapshot import/export: pure Python (stdlib only), no torch.
-from loom.snapshot_export import export_snapshot  # noqa: E402,F401
-from loom.snapshot_import import import_snapshot  # noqa: E402,F401
+import contextlib
 
-__all__ = ["export_snapshot", "import_snapshot"]
+# Snapshot import/export: pure Python (stdlib only), no torch.
+from loom import snapshot_export as _snapshot_export
+from loom.snapshot_import import import_snapshot  # noqa: F401
+
+from loom import config as _config
+from loom import control as _control
+from loom.errors import LoomError  # noqa: F401
+from loom.control import enable, finish, status, wait_for_plan  # noqa: F401
+from loom.control import _configure_native, _reset  # noqa: F401
+from loom.markers import (step, phase, watch, begin_iteration,  # noqa: F401
+                          end_iteration, module_enter, module_exit)
+from loom.stats import (memory_stats, reset_peak_memory_stats,  # noqa: F401
+                        memory_summary)
+from loom.integrations import hf_callback, megatron_forward_step  # noqa: F401
+
+__all__ = [
+    "LoomError", "enable", "finish", "status", "wait_for_plan", "pool",
+    "step", "phase",
+    "watch", "begin_iteration", "end_iteration", "module_enter",
+    "module_exit", "memory_stats", "reset_peak_memory_stats",
+    "memory_summary", "export_snapshot", "import_snapshot", "hf_callback",
+    "megatron_forward_step",
+]
+
+
+@contextlib.contextmanager
+def pool(device=None, **options):
+    """Scoped alternative to enable(): CUDA allocations of the current thread
+    inside the block go to a torch.cuda.MemPool served by loom (PyTorch >=
+    2.5). PyTorch's caching allocator still runs on top and asks loom for
+    whole segments (2 MiB, 20 MiB or the request rounded to 2 MiB), so loom
+    sees segments, not tensors: no plan, loom's dynamic space serves them
+    (VMM-backed, physical pages reused across segments). Only this thread
+    is routed (autograd's backward threads are not); empty_cache() does not
+    release a pool's segments; keep tensors made in the pool from outliving
+    it. `options` configure loom (backend, cap, fraction) on first use."""
+    from loom import _torch  # pylint: disable=import-outside-toplevel
+    session = _control.current()
+    if session is None:
+        _torch.pool_torch()
+        config = _config.parse_config("pool", ".loom", None, device,
+                                      atexit=False, **options)
+        session = _control._start(config)  # pylint: disable=protected-access
+    elif options:
+        raise LoomError("loom.pool(): loom is already configured; options are "
+                        "taken on first use only")
+    with _torch.pool(session, device) as mem_pool:
+        yield mem_pool
+
+
+def export_snapshot(trace=None, path=None, addresses=None, granularity=None,
+                    segment_mode="alloc"):
+    """Writes a PyTorch memory-snapshot pickle (for pytorch.org/memory_viz).
+
+    export_snapshot(trace, path, ...): `trace` is a trace_text.Trace or the
+    path of a text trace (see loom.snapshot_export).
+    export_snapshot(path): the current run, as recorded so far (record or
+    auto mode). The trace holds no addresses, so blocks are laid out first
+    fit unless `addresses` ({request id: address}) are given."""
+    if path is None:
+        if trace is None:
+            raise LoomError("export_snapshot: give the output path")
+        return _export_current(trace, addresses, granularity, segment_mode)
+    return _snapshot_export.export_snapshot(trace, path, addresses,
+                                            granularity, segment_mode)
+
+
+def _export_current(path, addresses, granularity, segment_mode):
+    import os  # pylint: disable=import-outside-toplevel
+    import tempfile  # pylint: disable=import-outside-toplevel
+    session = _control.require("loom.export_snapshot(path)")
+    if session.config.record_events == 0:
+        raise LoomError("loom.export_snapshot(path): this run records no "
+                        "trace (enable loom with mode='record' or 'auto', or "
+                        "record_events=N)")
+    handle, text = tempfile.mkstemp(prefix=".export-", suffix=".ltt",
+                                    dir=session.config.workdir)
+    os.close(handle)
+    try:
+        session.native.write_trace(session.device, text)
+        return _snapshot_export.export_snapshot(text, path, addresses,
+                                                granularity, segment_mode)
+    finally:
+        os.unlink(text)

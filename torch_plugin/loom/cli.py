@@ -27,6 +27,8 @@ PYTHON_COMMANDS = {
                "loom.snapshot_cli", "run_import"),
     "export-snapshot": ("loom text trace -> snapshot pickle for memory_viz",
                         "loom.snapshot_cli", "run_export"),
+    "files": ("traces, plans and plan-sharing ranks of a work directory",
+              "loom.workdir_cli", "run_files"),
 }
 
 # Forwarded to loom_tool after the front end handled options of its own.

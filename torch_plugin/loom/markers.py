@@ -1,0 +1,274 @@
+"""Iteration, phase and module markers: loom.step(), loom.phase(),
+loom.watch(optimizer) and loom.watch(model, dynamic=[...]).
+
+loom's plan is replayed per iteration, so loom must know where iterations
+begin and end; phases help the planner group lifetimes; modules marked
+dynamic (MoE experts, anything whose tensor sizes change every step) send
+their requests to loom's dynamic space, and their time windows are planned.
+
+- `step()`: the current iteration ends, the next begins. The first call ends
+  iteration 0, which began when loom was enabled (set-up included).
+- `watch(optimizer)`: `optimizer.step()` marks the phase "optimizer" and then
+  `step()`. Uses `register_step_pre_hook`/`register_step_post_hook` where the
+  optimizer has them, else wraps `optimizer.step` (Megatron's optimizers).
+- `watch(model, dynamic=[...])`: the model's forward begins an iteration if
+  none is open (in training mode) and marks "forward" ("eval" when not
+  training); the gradient of its output marks "backward" (a tensor hook:
+  nothing is added to the autograd graph). Modules whose qualified names
+  match a pattern (fnmatch, or "re:<regex>", or a compiled regex) get
+  module enter/exit markers with dynamic=1 around their forward, and
+  around their backward (entered when the gradient of their output
+  arrives, left when the gradient of their input is complete).
+
+The hooks use only what torch's Module and Optimizer provide
+(register_forward_pre_hook, register_forward_hook, register_step_*_hook,
+Tensor.register_hook), so fake objects with those methods exercise them
+without torch. With loom not enabled every marker is a no-op, so a script
+can enable loom conditionally and call loom.step() unconditionally.
+"""
+
+import fnmatch
+import re
+
+from loom import control
+from loom.errors import LoomError
+
+
+def step():
+    """The current iteration ends and the next begins (no-op when loom is
+    not enabled)."""
+    session = control.current()
+    if session is not None:
+        session.step()
+
+
+def begin_iteration():
+    """Begins an iteration unless one is open."""
+    session = control.current()
+    if session is not None:
+        session.begin_iteration()
+
+
+def end_iteration():
+    """Ends the current iteration without beginning the next."""
+    session = control.current()
+    if session is not None:
+        session.end_iteration()
+
+
+def phase(name):
+    """Marks the start of a phase ("forward", "backward", "optimizer",
+    "eval" or any name)."""
+    if not isinstance(name, str) or not name:
+        raise LoomError(f"phase: expected a non-empty name, got {name!r}")
+    session = control.current()
+    if session is not None:
+        session.phase(name)
+
+
+def module_enter(name, dynamic=False):
+    session = control.current()
+    if session is not None:
+        session.module_enter(name, dynamic)
+
+
+def module_exit(name):
+    session = control.current()
+    if session is not None:
+        session.module_exit(name)
+
+
+class WatchHandle:
+    """What watch() registered; remove() takes it all off again."""
+
+    def __init__(self):
+        self._removers = []
+        self.dynamic_modules = []  # qualified names marked dynamic
+
+    def _add(self, remover):
+        self._removers.append(remover)
+
+    def remove(self):
+        while self._removers:
+            self._removers.pop()()
+
+
+def _is_optimizer(obj):
+    return hasattr(obj, "param_groups") and callable(getattr(obj, "step", None))
+
+
+def _is_module(obj):
+    return hasattr(obj, "named_modules") and hasattr(
+        obj, "register_forward_pre_hook")
+
+
+def watch(obj, dynamic=None, phases=True, iterations=True, backward=True):
+    """Registers marker hooks on an optimizer or a model (see the module
+    docstring). Returns a WatchHandle."""
+    if _is_optimizer(obj):
+        if dynamic:
+            raise LoomError("watch(optimizer): dynamic= applies to models")
+        return _watch_optimizer(obj, phases)
+    if _is_module(obj):
+        return _watch_model(obj, dynamic or (), phases, iterations, backward)
+    raise LoomError(f"watch() takes a torch.nn.Module or a torch.optim."
+                    f"Optimizer, got {type(obj).__name__}")
+
+
+# ---------------------------------------------------------------- optimizer
+
+def _watch_optimizer(optimizer, phases):
+    handle = WatchHandle()
+
+    def pre(*_):
+        if phases:
+            session = control.current()
+            if session is not None:
+                session.phase("optimizer")
+
+    def post(*_):
+        step()
+
+    if hasattr(optimizer, "register_step_pre_hook") and hasattr(
+            optimizer, "register_step_post_hook"):
+        handle._add(optimizer.register_step_pre_hook(pre).remove)
+        handle._add(optimizer.register_step_post_hook(post).remove)
+        return handle
+    original = optimizer.step
+    had_own = "step" in getattr(optimizer, "__dict__", {})
+
+    def wrapped(*args, **kwargs):
+        pre()
+        result = original(*args, **kwargs)
+        post()
+        return result
+
+    wrapped.__wrapped__ = original
+    optimizer.step = wrapped
+
+    def restore():
+        if had_own:
+            optimizer.step = original
+        else:
+            del optimizer.step
+
+    handle._add(restore)
+    return handle
+
+
+# -------------------------------------------------------------------- model
+
+def _matcher(pattern):
+    if hasattr(pattern, "search") and hasattr(pattern, "pattern"):
+        return pattern.search
+    if not isinstance(pattern, str) or not pattern:
+        raise LoomError(f"dynamic: patterns are strings (fnmatch, or "
+                        f"'re:<regex>') or compiled regexes, got {pattern!r}")
+    if pattern.startswith("re:"):
+        try:
+            return re.compile(pattern[3:]).search
+        except re.error as error:
+            raise LoomError(f"dynamic: bad regex {pattern[3:]!r}: {error}"
+                            ) from None
+    return lambda name: fnmatch.fnmatchcase(name, pattern)
+
+
+def grad_tensor(value, depth=0):
+    """The first tensor in `value` (a tensor, or tuples/lists/dicts of them,
+    as model outputs are) that requires grad, or None."""
+    if hasattr(value, "register_hook") and getattr(value, "requires_grad",
+                                                   False):
+        return value
+    if depth >= 4:
+        return None
+    if isinstance(value, dict) or hasattr(value, "values") and callable(
+            getattr(value, "values")) and not hasattr(value, "register_hook"):
+        items = value.values()
+    elif isinstance(value, (list, tuple)):
+        items = value
+    else:
+        return None
+    for item in items:
+        found = grad_tensor(item, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def mark_backward(output, name="backward"):
+    """Marks phase `name` when the gradient of `output` (the first tensor in
+    it that requires grad) is computed: the start of its backward."""
+    tensor = grad_tensor(output)
+    if tensor is None:
+        return False
+
+    def hook(_grad):
+        session = control.current()
+        if session is not None:
+            session.phase(name)
+
+    tensor.register_hook(hook)
+    return True
+
+
+def _watch_model(model, patterns, phases, iterations, backward):
+    if isinstance(patterns, str) or hasattr(patterns, "search"):
+        patterns = [patterns]
+    matchers = [(p, _matcher(p)) for p in patterns]
+    handle = WatchHandle()
+
+    def root_pre(module, _args):
+        session = control.current()
+        if session is None:
+            return
+        training = getattr(module, "training", True)
+        if training and iterations:
+            session.begin_iteration()
+        if phases:
+            session.phase("forward" if training else "eval")
+
+    def root_post(module, _args, output):
+        if phases and getattr(module, "training", True):
+            mark_backward(output)
+
+    handle._add(model.register_forward_pre_hook(root_pre).remove)
+    handle._add(model.register_forward_hook(root_post).remove)
+    if not matchers:
+        return handle
+    names = [name for name, _ in model.named_modules() if name]
+    unmatched = [p for p, match in matchers if not any(match(n) for n in names)]
+    if unmatched:
+        example = ", ".join(repr(n) for n in names[:3])
+        raise LoomError(f"dynamic pattern {unmatched[0]!r} matches no module "
+                        f"of the model (names look like {example})")
+    for name, module in model.named_modules():
+        if name and any(match(name) for _, match in matchers):
+            _watch_dynamic(module, name, handle, backward)
+            handle.dynamic_modules.append(name)
+    return handle
+
+
+def _watch_dynamic(module, name, handle, backward):
+    def pre(_module, args):
+        session = control.current()
+        if session is None:
+            return
+        session.module_enter(name, True)
+        if backward:
+            # Leave the backward window once the input's gradient is done.
+            tensor = grad_tensor(args)
+            if tensor is not None:
+                tensor.register_hook(lambda _g: module_exit(name))
+
+    def post(_module, args, output):
+        session = control.current()
+        if session is None:
+            return
+        session.module_exit(name)
+        if backward and grad_tensor(args) is not None:
+            tensor = grad_tensor(output)
+            if tensor is not None:
+                tensor.register_hook(lambda _g: module_enter(name, True))
+
+    handle._add(module.register_forward_pre_hook(pre).remove)
+    handle._add(module.register_forward_hook(post).remove)

@@ -1,0 +1,403 @@
+"""The process's loom session: modes, iterations and the auto-mode switch.
+
+One `Session` per process (libloom has one allocator per device and can be
+configured once). It owns the markers (iterations, phases, modules) and the
+state machine of the three modes:
+
+  record:  recording ──finish(), or buffer nearly full──► recorded
+                (trace.rank{r}.ltb + .json written at an iteration boundary)
+  plan:    serving (the plan is installed on the device at enable())
+  auto:    recording ──N iterations──► planning ──plan ready──► planned
+                                            │
+                                            └─ failure ──► fallback
+  pool:    serving (loom.pool(): segments from PyTorch's caching allocator)
+
+While recording, each iteration boundary checks the record buffer: when it
+may not hold one more iteration, the trace is written there (record mode)
+or planned from what it holds (auto mode), so a trace always ends with
+complete iterations instead of overflowing.
+
+In auto mode, at the end of iteration N (N = record_iterations, counted by
+iteration ends: the first loom.step() ends iteration 0), the trace is
+written and planned, in a background thread unless plan_async=False; the
+plan is installed at the next iteration boundary with `loom_load_plan`,
+without a restart (allocations made while recording stay valid in loom's
+dynamic space). Any planning failure is logged once as a warning, training
+goes on as in record mode (everything served by the dynamic space), and
+`status()["plan_error"]` says why.
+
+Markers are emitted in a valid nesting: module exits that do not match the
+innermost open module close the ones opened after it first, and exits of
+modules that are not open are dropped (hooks that did not fire, e.g. after
+an exception in forward, cannot corrupt the trace). All methods are
+thread-safe (autograd hooks run on other threads). No torch here.
+"""
+
+import logging
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from loom import config as config_lib
+from loom import fingerprint as fp
+from loom import planning
+from loom import trace_text
+from loom.errors import LoomError, NativeError
+
+log = logging.getLogger("loom")
+
+RECORDING = "recording"
+PLANNING = "planning"
+PLANNED = "planned"
+FALLBACK = "fallback"
+SERVING = "serving"
+RECORDED = "recorded"
+
+
+class Session:
+    """State of loom in this process. Created by loom.enable() (or
+    loom._configure_native() in tests); see the module docstring."""
+
+    def __init__(self, config, native, ranks, device, plan_file=None,
+                 plan_source=None):
+        self.config = config
+        self.native = native
+        self.ranks = ranks
+        self.device = device
+        self.mode = config.mode
+        self.lock = threading.RLock()
+        self.state = SERVING if self.mode in ("plan", "pool") else RECORDING
+        self.iteration = 0         # number of the current (or next) iteration
+        self.in_iteration = False
+        self.completed = 0         # iterations ended so far
+        self.modules = []          # open modules: [name, dynamic]
+        self.finished = False
+        self.trace_file = None
+        self.plan_file = plan_file
+        self.plan_source = plan_source
+        self.plan_error = None
+        self.record_error = None   # record mode: why the trace is missing
+        self._events_seen = 0      # trace events at the last boundary
+        self._max_iteration_events = 0
+        self.torch_allocator = None  # CUDAPluggableAllocator, once installed
+        self.torch_hooks = []
+        self.torch_pool_allocator = None  # loom.pool(): its allocator
+        self.torch_pools = {}             # loom.pool(): device -> MemPool
+        self._planner = None       # background planning thread
+        self._plan_result = None   # (plan path, source) or LoomError
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------ markers
+
+    def begin_iteration(self):
+        """Begins an iteration unless one is open."""
+        with self.lock:
+            if not self.in_iteration:
+                self.native.iteration_begin(self.iteration)
+                self.in_iteration = True
+
+    def end_iteration(self):
+        """Ends the current iteration (the implicit first one when none was
+        begun), then takes the auto-mode transitions due at a boundary."""
+        with self.lock:
+            if self.in_iteration:
+                self.native.iteration_end(self.iteration)
+                self.in_iteration = False
+            self.iteration += 1
+            self.completed += 1
+            if not self.finished:
+                self._at_boundary()
+
+    def step(self):
+        """The current iteration ends and the next begins."""
+        with self.lock:
+            self.end_iteration()
+            self.begin_iteration()
+
+    def phase(self, name):
+        self.native.phase(name)
+
+    def module_enter(self, name, dynamic=False):
+        with self.lock:
+            self.modules.append((name, bool(dynamic)))
+            self.native.module_enter(name, dynamic)
+
+    def module_exit(self, name):
+        with self.lock:
+            for depth in range(len(self.modules) - 1, -1, -1):
+                if self.modules[depth][0] == name:
+                    while len(self.modules) > depth:
+                        self.native.module_exit(self.modules.pop()[0])
+                    return
+
+    # ---------------------------------------------------------- auto mode
+
+    def _at_boundary(self):
+        if self.state == RECORDING:
+            if self.mode == "auto" and \
+                    self.completed >= self.config.record_iterations:
+                self._start_planning()
+            elif self._buffer_nearly_full():
+                log.warning("loom: the trace buffer (record_events=%d) is "
+                            "nearly full; the trace ends at iteration %d",
+                            self.config.record_events, self.iteration)
+                if self.mode == "auto":
+                    self._start_planning()
+                else:
+                    self._write_recording()
+        if self.state == PLANNING:
+            self._install_if_ready()
+
+    def _buffer_nearly_full(self):
+        """True when the record buffer may not hold one more iteration (the
+        largest so far, twice), so the trace must be written at this
+        boundary to end with complete iterations."""
+        try:
+            stats = self.native.stats(self.device)
+        except LoomError:
+            return False
+        events = stats.get("loom.trace_events", 0)
+        grown = events - self._events_seen
+        self._events_seen = events
+        self._max_iteration_events = max(self._max_iteration_events, grown)
+        return stats.get("loom.trace_truncated", False) or (
+            self.config.record_events - events < 2 * self._max_iteration_events)
+
+    def _write_recording(self):
+        """Record mode: writes the trace now; the fingerprint is computed in
+        the background (parsing a large trace takes seconds)."""
+        try:
+            trace, text = self._write_trace_files()
+        except LoomError as error:
+            self.record_error = str(error)
+            self.state = FALLBACK
+            log.warning("loom: cannot write the trace: %s", error)
+            return
+        self.state = RECORDED
+        self._planner = threading.Thread(
+            target=self._fingerprint_job, args=(trace, text), daemon=True,
+            name="loom-fingerprint")
+        self._planner.start()
+
+    def _fingerprint_job(self, trace, text):
+        try:
+            self._fingerprint(trace, text)
+        except LoomError as error:
+            with self.lock:
+                self.record_error = str(error)
+
+    def _start_planning(self):
+        self.state = PLANNING
+        try:
+            trace, text = self._write_trace_files()
+        except LoomError as error:
+            self._fail(f"cannot write the trace: {error}")
+            return
+        if self.config.plan_async:
+            self._planner = threading.Thread(
+                target=self._plan_job, args=(trace, text), daemon=True,
+                name="loom-planner")
+            self._planner.start()
+        else:
+            self._plan_job(trace, text)
+
+    def _plan_job(self, trace, text):
+        """Fingerprints, then reuses or makes a plan. Runs on the planner
+        thread; its only effect on the session is _plan_result."""
+        try:
+            result = self._find_or_make_plan(trace, text)
+        except LoomError as error:
+            result = error
+        except Exception as error:  # never let the planner thread die loudly
+            result = LoomError(f"{type(error).__name__}: {error}")
+        with self.lock:
+            self._plan_result = result
+
+    def _find_or_make_plan(self, trace, text):
+        fingerprint = self._fingerprint(trace, text)
+        config, rank = self.config, self.ranks.rank
+        source = config.reuse_plan_from
+        if source is not None and source != rank:
+            theirs = config_lib.plan_path(config.workdir, source)
+            record = planning.wait_for_plan(theirs, config.plan_timeout,
+                                            stop=self._stop.is_set)
+            if record is None:
+                log.warning("loom: rank %d: no plan from rank %d within %g s; "
+                            "planning this rank's own", rank, source,
+                            config.plan_timeout)
+            else:
+                reason = fp.compare(fingerprint, record["fingerprint"])
+                if reason is None:
+                    planning.check_plan_file(theirs)
+                    return theirs, f"rank {source}"
+                log.warning("loom: rank %d does not reuse rank %d's plan: %s",
+                            rank, source, reason)
+        plan = config.plan or config_lib.plan_path(config.workdir, rank)
+        planning.plan_trace(trace, plan, fingerprint, planner=config.planner,
+                            args=config.plan_args,
+                            timeout=config.plan_timeout, rank=rank)
+        return Path(plan), "own"
+
+    def _install_if_ready(self):
+        result = self._plan_result
+        if result is None:
+            return
+        self._plan_result = None
+        if isinstance(result, LoomError):
+            self._fail(str(result))
+            return
+        plan, source = result
+        try:
+            self.native.load_plan(self.device, str(plan))
+        except LoomError as error:
+            self._fail(f"cannot install {plan}: {error}")
+            return
+        self.plan_file, self.plan_source = Path(plan), source
+        self.state = PLANNED
+        log.info("loom: plan %s installed at iteration %d", plan,
+                 self.iteration)
+
+    def _fail(self, reason):
+        self.state = FALLBACK
+        self.plan_error = reason
+        log.warning("loom: planning failed, training goes on without a plan "
+                    "(every request served by loom's dynamic space): %s",
+                    reason)
+
+    # ------------------------------------------------------------- traces
+
+    def _write_trace_files(self):
+        """Writes this rank's trace; returns (trace path, text path or None
+        when the trace itself is text). The text copy is for the
+        fingerprint; the caller's thread parses and removes it."""
+        config = self.config
+        trace = config_lib.trace_path(config.workdir, self.ranks.rank,
+                                      config.trace_format)
+        unused = LoomError(
+            f"nothing to write to {trace}: device {self.device} served no "
+            f"allocation (does the model run on device {self.device}? pass "
+            f"loom.enable(device=N) otherwise)")
+        try:
+            if self.native.stats(self.device).get(
+                    "allocation.all.allocated", 0) == 0:
+                raise unused
+            self.native.write_trace(self.device, str(trace))
+        except NativeError as error:
+            if "served no allocation" in error.message:
+                raise unused from None
+            raise
+        self.trace_file = trace
+        if config.trace_format == "text":
+            return trace, None
+        handle, text = tempfile.mkstemp(prefix=".trace-", suffix=".ltt",
+                                        dir=config.workdir)
+        os.close(handle)
+        try:
+            self.native.write_trace(self.device, text)
+        except LoomError:
+            os.unlink(text)
+            raise
+        return trace, text
+
+    def _fingerprint(self, trace, text):
+        try:
+            parsed = trace_text.read_trace(text or trace)
+        except trace_text.TraceError as error:
+            raise LoomError(f"cannot read back the recorded trace: {error}"
+                            ) from None
+        finally:
+            if text is not None:
+                try:
+                    os.unlink(text)
+                except OSError:
+                    pass
+        fingerprint = fp.fingerprint_trace(parsed)
+        fp.write_sidecar(trace, fingerprint, rank=self.ranks.rank,
+                         device=self.device, events=len(parsed.events))
+        return fingerprint
+
+    # ------------------------------------------------------------ the end
+
+    def finish(self, wait=True):
+        """Ends recording duty: closes the open iteration; in record mode (or
+        auto mode before its switch) writes the trace and its fingerprint.
+        With `wait`, lets a running planner finish (up to plan_timeout), so
+        its plan is on disk for the next run. Idempotent; the allocator stays
+        installed and markers keep working afterwards."""
+        with self.lock:
+            if self.finished:
+                return
+            if self.in_iteration:
+                self.native.iteration_end(self.iteration)
+                self.in_iteration = False
+                self.iteration += 1
+                self.completed += 1
+            self.finished = True
+            needs_trace = self.state == RECORDING
+            planner = self._planner
+        if needs_trace:
+            trace, text = self._write_trace_files()
+            self._fingerprint(trace, text)
+            if self.mode == "record":
+                self.state = RECORDED
+        if planner is not None and wait:
+            planner.join(self.config.plan_timeout)
+        elif planner is not None:
+            self._stop.set()
+        if self.record_error is not None:
+            raise LoomError(f"no trace was recorded: {self.record_error}")
+
+    def stop_planner(self, timeout=5.0):
+        """Asks the planner thread to stop waiting and joins it (tests)."""
+        self._stop.set()
+        if self._planner is not None:
+            self._planner.join(timeout)
+
+    # ------------------------------------------------------------- status
+
+    def status(self, with_stats=True):
+        """A dict describing the session. `with_stats` reads the device's
+        allocator stats, which creates the allocator if the device has not
+        been used yet (enable() passes False)."""
+        with self.lock:
+            stats, stats_error = {}, None
+            if with_stats:
+                try:
+                    stats = self.native.stats(self.device)
+                except LoomError as error:  # e.g. no CUDA driver here
+                    stats_error = str(error)
+            hit_rate = stats.get("loom.last_iteration_hit_rate", -1)
+            config = self.config
+            files = {"workdir": str(config.workdir)}
+            if self.trace_file is not None:
+                files["trace"] = str(self.trace_file)
+                files["trace_fingerprint"] = str(
+                    config_lib.sidecar_path(self.trace_file))
+            if self.plan_file is not None:
+                files["plan"] = str(self.plan_file)
+            return {
+                "mode": self.mode,
+                "state": self.state,
+                "backend": config.backend,
+                "rank": self.ranks.rank,
+                "local_rank": self.ranks.local_rank,
+                "world_size": self.ranks.world_size,
+                "device": self.device,
+                "iteration": self.iteration,
+                "completed_iterations": self.completed,
+                "recording": config.record_events > 0,
+                "plan_loaded": bool(stats.get("loom.static_region_bytes", 0)),
+                "plan_source": self.plan_source,
+                "plan_error": self.plan_error,
+                "record_error": self.record_error,
+                "hit_rate": None if hit_rate is None or hit_rate < 0
+                else hit_rate,
+                "plan_hits": stats.get("loom.plan_hits", 0),
+                "plan_misses": stats.get("loom.plan_misses", 0),
+                "torch_allocator": self.torch_allocator is not None,
+                "torch_hooks": list(self.torch_hooks),
+                "finished": self.finished,
+                "stats_error": stats_error,
+                "files": files,
+            }

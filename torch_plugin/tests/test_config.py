@@ -1,0 +1,120 @@
+"""loom.enable()'s configuration: checking, libloom settings, rank files."""
+
+from pathlib import Path
+
+import pytest
+
+from loom import config
+from loom.errors import LoomError
+
+
+def test_defaults_per_mode():
+    record = config.parse_config("record")
+    assert record.backend == "cuda"
+    assert record.record_events == config.DEFAULT_RECORD_EVENTS
+    assert record.workdir == Path(".loom")
+    plan = config.parse_config("plan", workdir="/w", plan="/w/p.lplan")
+    assert plan.record_events == 0
+    assert plan.plan == Path("/w/p.lplan")
+    auto = config.parse_config("auto", record_iterations=5)
+    assert auto.record_iterations == 5 and auto.record_events > 0
+    assert config.parse_config("pool").record_events == 0
+
+
+@pytest.mark.parametrize("args, options, message", [
+    (("replay",), {}, "mode: 'replay' is not one of 'record', 'plan', 'auto'"),
+    (("auto",), {"colour": 1}, "unknown option 'colour' (options: atexit,"),
+    (("auto",), {"backend": "tpu"}, "backend: 'tpu' is not one of 'cuda'"),
+    (("auto",), {"cap": "lots"}, "cap: 'lots' is not a byte count"),
+    (("auto",), {"cap": -1}, "cap: -1 is negative"),
+    (("auto",), {"cap": 1.5}, "cap: expected a byte count, got float"),
+    (("auto",), {"fraction": 1.5}, "fraction: 1.5 is not a number in [0, 1]"),
+    (("auto",), {"fraction": "half"}, "fraction: 'half' is not a number"),
+    (("auto",), {"record_iterations": 0},
+     "record_iterations: 0 is not in >= 1"),
+    (("auto",), {"record_iterations": 2.0}, "expected an integer, got 2.0"),
+    (("record",), {"record_events": 0}, "record_events must be > 0"),
+    (("auto",), {"record_events": 1 << 33}, "record_events: 8589934592 is not "
+                                            "in 0..4294967296"),
+    (("plan",), {"record_iterations": 3}, "record_iterations applies to "
+                                          "mode='auto' only"),
+    (("auto",), {"granularity": "64KiB"}, "granularity applies to the host "
+                                          "and fake backends only"),
+    (("auto",), {"devices": 2}, "devices applies to the host and fake"),
+    (("auto",), {"backend": "host", "devices": 65}, "devices: 65 is not in "
+                                                    "1..64"),
+    (("auto",), {"trace_format": "xml"}, "trace_format: 'xml' is not one of"),
+    (("auto",), {"plan_args": "--fast"}, "plan_args: expected a list of "
+                                         "strings"),
+    (("auto",), {"plan_timeout": 0}, "plan_timeout: expected a positive "
+                                     "number of seconds"),
+    (("auto",), {"plan_async": 1}, "plan_async: expected True or False"),
+    (("auto",), {"planner": "loom_tool"}, "planner: expected a callable"),
+    (("auto",), {"reuse_plan_from": -1}, "reuse_plan_from: -1 is not in >= 0"),
+    (("auto", ".loom", None, -2), {}, "device: -2 is not in 0..32767"),
+    (("auto", None), {}, "workdir: expected a directory path, got None"),
+    (("plan", ".loom", 7), {}, "plan: expected a file path, got 7"),
+])
+def test_bad_configuration_is_named(args, options, message):
+    with pytest.raises(LoomError) as error:
+        config.parse_config(*args, **options)
+    assert message in str(error.value)
+
+
+def test_sizes():
+    assert config.parse_size(12345, "x") == 12345
+    assert config.parse_size("512", "x") == 512
+    assert config.parse_size("64KiB", "x") == 64 << 10
+    assert config.parse_size("3M", "x") == 3 << 20
+    assert config.parse_size(" 40 GiB ", "x") == 40 << 30
+    assert config.parse_size("2TiB", "x") == 2 << 40
+    for bad in ("1.5GiB", "GiB", "12 PB", "-3", ""):
+        with pytest.raises(LoomError, match="is not a byte count"):
+            config.parse_size(bad, "cap")
+    with pytest.raises(LoomError, match="expected a byte count"):
+        config.parse_size(True, "cap")
+
+
+def test_settings_name_every_key_so_nothing_leaks_from_a_previous_configure():
+    cfg = config.parse_config("record", backend="host", granularity="64KiB",
+                              device_memory="1GiB", cap="256MiB",
+                              fraction=0.5, record_events=1000)
+    assert config.settings_string(cfg) == (
+        "backend=host;granularity=65536;device_memory=1073741824;devices=1;"
+        "cap=268435456;fraction=0.5;record=1000;plan=")
+    plan = config.parse_config("plan", plan="/p/plan.rank0.lplan")
+    text = config.settings_string(plan, plan=plan.plan)
+    assert text.startswith("backend=cuda;granularity=2097152;"
+                           "device_memory=85899345920;devices=1;cap=0;")
+    assert text.endswith(";record=0;plan=/p/plan.rank0.lplan")
+    # Host devices cover the rank's device.
+    assert ";devices=4;" in config.settings_string(cfg, device_count=4)
+    with pytest.raises(LoomError, match="contains ';'"):
+        config.settings_string(plan, plan="/a;b.lplan")
+
+
+def test_rank_info_from_torchrun_variables():
+    assert config.rank_info({}) == config.RankInfo(0, None, 1)
+    info = config.rank_info({"RANK": "5", "LOCAL_RANK": "1",
+                             "WORLD_SIZE": "8"})
+    assert (info.rank, info.local_rank, info.world_size) == (5, 1, 8)
+    with pytest.raises(LoomError, match="RANK='one' is not a rank number"):
+        config.rank_info({"RANK": "one"})
+    with pytest.raises(LoomError, match="LOCAL_RANK='-1' is not a rank"):
+        config.rank_info({"LOCAL_RANK": "-1"})
+    with pytest.raises(LoomError, match="RANK=8 is not below WORLD_SIZE=8"):
+        config.rank_info({"RANK": "8", "WORLD_SIZE": "8"})
+    with pytest.raises(LoomError, match="WORLD_SIZE=0 is not >= 1"):
+        config.rank_info({"WORLD_SIZE": "0"})
+
+
+def test_file_names_per_rank():
+    assert config.trace_path("/w", 3) == Path("/w/trace.rank3.ltb")
+    assert config.trace_path("/w", 3, "text") == Path("/w/trace.rank3.ltt")
+    assert config.plan_path("/w", 12) == Path("/w/plan.rank12.lplan")
+    assert config.sidecar_path("/w/plan.rank12.lplan") == \
+        Path("/w/plan.rank12.lplan.json")
+    assert config.rank_of("/w/plan.rank12.lplan") == 12
+    assert config.rank_of("trace.rank0.ltb") == 0
+    assert config.rank_of("plan.lplan") is None
+    assert config.rank_of("plan.rank1.lplan.json") is None

@@ -1,0 +1,411 @@
+"""The record / plan / auto state machine against libloom.so on the host
+backend (real memory, no torch, no GPU)."""
+
+import logging
+import threading
+
+import pytest
+
+from loom import config as config_lib
+from loom import fingerprint as fp
+from loom import planning
+from loom import trace_text
+from loom.errors import LoomError
+from loom_fakes import HOST, FakeLoop
+
+FAKE_PLAN = planning.PLAN_MAGIC + b"\x01\x00\x00\x00 a stand-in plan body"
+
+# What a missing planner or plan reader says (loom_tool plan on traces and
+# the runtime's plan reader land with the planner).
+NOT_YET = ("unknown subcommand 'plan'", "reading plan files lands",
+           "not a MiniMalloc", "unknown column")
+
+
+def _run(loom, session, iterations, extra_at=None):
+    loop = FakeLoop(session.native, session.device)
+    for i in range(iterations):
+        loop.iteration(markers=loom.phase,
+                       extra=4096 if i == extra_at else None)
+        loom.step()
+    return loop
+
+
+def _kinds(trace):
+    return [e.kind for e in trace.events]
+
+
+def test_record_mode_writes_a_trace_that_parses(loom_env, tmp_path):
+    loom = loom_env
+    session = loom._configure_native(mode="record", workdir=tmp_path,
+                                     trace_format="text", **HOST)
+    assert loom.status()["state"] == "recording"
+    loop = _run(loom, session, 3)
+    status = loom.finish()
+    trace_file = tmp_path / "trace.rank0.ltt"
+    assert status["files"]["trace"] == str(trace_file)
+    trace = trace_text.read_trace(trace_file)
+    kinds = _kinds(trace)
+    # Weights (4 allocs), then iteration 0 (unmarked: the first step() ends
+    # it), iterations 1 and 2 marked, and iteration 3 closed by finish().
+    assert kinds[:4] == ["alloc"] * 4
+    assert [e.id for e in trace.events if e.kind == "iter_begin"] == [1, 2, 3]
+    assert [e.id for e in trace.events if e.kind == "iter_end"] == [1, 2, 3]
+    assert kinds[-2:] == ["iter_begin", "iter_end"]
+    one = kinds.index("iter_begin")
+    two = kinds.index("iter_begin", one + 1)
+    iteration = kinds[one + 1:two - 1]
+    assert iteration.count("alloc") == iteration.count("free") == 10
+    assert [e.name for e in trace.events[one:two] if e.kind == "phase"] == \
+        ["forward", "backward", "optimizer"]
+    sizes = [e.size for e in trace.events[one:two] if e.kind == "alloc"]
+    assert sizes[:5] == [2 << 20, 2 << 20, 512 << 10, 3000, 1 << 20]
+    side = fp.read_sidecar(trace_file)
+    assert side["fingerprint"] == fp.fingerprint_trace(trace)
+    assert side["fingerprint"]["steady_allocs"] == 10
+    assert side["events"] == len(trace.events)
+    # finish() is idempotent; markers keep working afterwards.
+    loom.finish()
+    loop.iteration()
+    loom.step()
+    loop.close()
+    assert loom.memory_stats()["allocated_bytes.all.current"] == 0
+
+
+def test_record_mode_binary_trace_by_default(loom_env, tmp_path):
+    loom = loom_env
+    session = loom._configure_native(mode="record", workdir=tmp_path, **HOST)
+    _run(loom, session, 2).close()
+    loom.finish()
+    trace_file = tmp_path / "trace.rank0.ltb"
+    assert trace_file.read_bytes()[:4] != b"loom"  # binary form
+    side = fp.read_sidecar(trace_file)
+    assert side["fingerprint"]["has_steady"]
+    assert not list(tmp_path.glob(".trace-*")), "temporary text copy removed"
+
+
+def test_full_record_buffer_is_a_clear_error(loom_env, tmp_path):
+    loom = loom_env
+    session = loom._configure_native(mode="record", workdir=tmp_path,
+                                     record_events=10, **HOST)
+    loop = _run(loom, session, 2)
+    with pytest.raises(LoomError, match="record with a larger record="):
+        loom.finish()
+    loop.close()
+
+
+def test_auto_mode_planning_failure_keeps_training(loom_env, tmp_path, caplog):
+    loom = loom_env
+
+    def planner(trace, plan):
+        raise RuntimeError("solver exploded")
+
+    session = loom._configure_native(mode="auto", workdir=tmp_path,
+                                     record_iterations=3, planner=planner,
+                                     plan_async=False, trace_format="text",
+                                     **HOST)
+    with caplog.at_level(logging.WARNING, logger="loom"):
+        loop = _run(loom, session, 2)
+        assert loom.status()["state"] == "recording"
+        loop.iteration()
+        loom.step()  # third iteration end: trace, plan, failure
+    status = loom.status()
+    assert status["state"] == "fallback"
+    assert status["plan_error"] == ("the planner raised RuntimeError: solver "
+                                    "exploded")
+    assert "planning failed, training goes on" in caplog.text
+    assert not status["plan_loaded"]
+    # The trace of the first three iterations is there, with its fingerprint.
+    trace = trace_text.read_trace(tmp_path / "trace.rank0.ltt")
+    assert [e.id for e in trace.events if e.kind == "iter_end"] == [1, 2]
+    assert fp.read_sidecar(tmp_path / "trace.rank0.ltt") is not None
+    # Training goes on, served by the dynamic space, data intact.
+    for _ in range(3):
+        loop.iteration()
+        loom.step()
+    loop.close()
+    stats = loom.memory_stats()
+    assert stats["allocated_bytes.all.current"] == 0
+    assert stats["loom.plan_hits"] == 0
+    session.native.check_invariants(0)
+
+
+def test_auto_mode_plan_that_cannot_be_installed(loom_env, tmp_path):
+    loom = loom_env
+
+    def planner(trace, plan):
+        with open(plan, "wb") as out:
+            out.write(FAKE_PLAN)
+
+    session = loom._configure_native(mode="auto", workdir=tmp_path,
+                                     record_iterations=2, planner=planner,
+                                     plan_async=False, **HOST)
+    loop = _run(loom, session, 4)
+    status = loom.status()
+    assert status["state"] == "fallback"
+    assert status["plan_error"].startswith(
+        f"cannot install {tmp_path / 'plan.rank0.lplan'}: loom_load_plan(")
+    # The plan records the trace it came from.
+    side = fp.read_sidecar(tmp_path / "plan.rank0.lplan")
+    assert side["trace"] == "trace.rank0.ltb"
+    assert side["fingerprint"] == \
+        fp.read_sidecar(tmp_path / "trace.rank0.ltb")["fingerprint"]
+    loop.close()
+
+
+def test_auto_mode_plans_in_the_background(loom_env, tmp_path):
+    loom = loom_env
+    release = threading.Event()
+    calls = []
+
+    def planner(trace, plan):
+        calls.append(threading.current_thread().name)
+        release.wait(10)
+        raise RuntimeError("done waiting")
+
+    session = loom._configure_native(mode="auto", workdir=tmp_path,
+                                     record_iterations=1, planner=planner,
+                                     **HOST)
+    loop = _run(loom, session, 2)
+    assert loom.status()["state"] == "planning"  # training is not blocked
+    release.set()
+    assert loom.wait_for_plan(10)["state"] == "planning"  # until a boundary
+    loop.iteration()
+    loom.step()  # the result is taken at an iteration boundary
+    assert loom.status()["state"] == "fallback"
+    assert calls == ["loom-planner"]
+    loop.close()
+
+
+def test_auto_mode_serves_later_iterations_from_the_plan(loom_env, tmp_path):
+    loom = loom_env
+    session = loom._configure_native(mode="auto", workdir=tmp_path,
+                                     record_iterations=3, plan_async=False,
+                                     plan_args=["--time-limit", "5"], **HOST)
+    loop = _run(loom, session, 3)
+    status = loom.status()
+    if status["state"] == "fallback" and any(
+            s in status["plan_error"] for s in NOT_YET):
+        loop.close()
+        pytest.skip(f"planning traces is not available yet: "
+                    f"{status['plan_error']}")
+    assert status["state"] == "planned", status["plan_error"]
+    assert status["plan_source"] == "own" and status["plan_loaded"]
+    hits = loom.memory_stats()["loom.plan_hits"]
+    for _ in range(3):
+        loop.iteration(markers=loom.phase)
+        loom.step()
+        stats = loom.memory_stats()
+        assert stats["loom.plan_hits"] >= hits + 10
+        hits = stats["loom.plan_hits"]
+        assert stats["loom.last_iteration_hit_rate"] == 1.0
+        session.native.check_invariants(0)
+    assert loom.status()["hit_rate"] == 1.0
+    # An extra request costs only itself (the matcher resynchronises).
+    loop.iteration(markers=loom.phase, extra=12345)
+    loom.step()
+    loop.iteration(markers=loom.phase)
+    loom.step()
+    assert loom.memory_stats()["loom.last_iteration_hit_rate"] == 1.0
+    loop.close()
+
+
+def test_plan_mode_errors_are_raised_at_enable(loom_env, tmp_path):
+    loom = loom_env
+    with pytest.raises(LoomError, match="no plan for rank 0: .*plan.rank0."
+                                        "lplan does not exist"):
+        loom._configure_native(mode="plan", workdir=tmp_path, **HOST)
+    assert loom.status() is None
+    bad = tmp_path / "plan.rank0.lplan"
+    bad.write_text("id,lower,upper,size\n1,0,1,8\n")
+    with pytest.raises(LoomError, match="not a loom plan file"):
+        loom._configure_native(mode="plan", workdir=tmp_path, **HOST)
+    bad.write_bytes(FAKE_PLAN)  # right magic, not a real plan
+    with pytest.raises(LoomError, match=r"cannot install plan .*plan.rank0."
+                                        r"lplan on device 0: "):
+        loom._configure_native(mode="plan", workdir=tmp_path, **HOST)
+    assert loom.status() is None
+    # Nothing stays configured: another mode starts cleanly.
+    session = loom._configure_native(mode="record", workdir=tmp_path, **HOST)
+    assert session.mode == "record"
+
+
+def test_enable_once_per_process(loom_env, tmp_path):
+    loom = loom_env
+    loom._configure_native(mode="record", workdir=tmp_path, **HOST)
+    with pytest.raises(LoomError, match="already enabled in this process "
+                                        r"\(mode='record'\)"):
+        loom._configure_native(mode="auto", workdir=tmp_path, **HOST)
+
+
+def test_ranks_name_files_and_pick_devices(loom_env, tmp_path, monkeypatch):
+    loom = loom_env
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    session = loom._configure_native(mode="record", workdir=tmp_path, **HOST)
+    assert session.device == 2
+    status = loom.status()
+    assert (status["rank"], status["local_rank"], status["world_size"],
+            status["device"]) == (5, 2, 8, 2)
+    _run(loom, session, 2).close()
+    loom.finish()
+    assert (tmp_path / "trace.rank5.ltb").exists()
+    assert fp.read_sidecar(tmp_path / "trace.rank5.ltb")["device"] == 2
+    assert loom.memory_stats(2)["allocation.all.allocated"] > 0
+    assert loom.memory_stats("cuda:2") == loom.memory_stats()
+
+
+def test_ranks_reuse_a_plan_only_with_matching_requests(loom_env, tmp_path,
+                                                        monkeypatch):
+    loom = loom_env
+    # Rank 0 and rank 1 record the same pattern, rank 2 another one.
+    for rank, extra in ((0, None), (1, None), (2, 1)):
+        monkeypatch.setenv("RANK", str(rank))
+        session = loom._configure_native(mode="record", workdir=tmp_path,
+                                         **HOST)
+        _run(loom, session, 3, extra_at=extra).close()
+        loom.finish()
+        loom._reset()
+    plan0 = config_lib.plan_path(tmp_path, 0)
+    plan0.write_bytes(FAKE_PLAN)  # "planned" from rank 0's trace
+    ranks = {r: config_lib.RankInfo(rank=r) for r in range(3)}
+    cfg = config_lib.parse_config("plan", workdir=tmp_path)
+    assert planning.resolve_plan(cfg, ranks[1]) == (plan0, "rank 0")
+    with pytest.raises(LoomError, match="plan.rank0.lplan: the requests before"
+                                        " the steady state differ"):
+        planning.resolve_plan(cfg, ranks[2])
+
+
+def test_recording_a_device_that_never_allocated(loom_env, tmp_path):
+    loom = loom_env
+    loom._configure_native(mode="record", workdir=tmp_path, device=1,
+                           **HOST)
+    loom.step()
+    with pytest.raises(LoomError) as error:
+        loom.finish()
+    assert "device 1 served no allocation" in str(error.value)
+    assert "loom.enable(device=N)" in str(error.value)
+
+
+def test_long_recording_ends_at_a_boundary_before_the_buffer_fills(
+        loom_env, tmp_path):
+    loom = loom_env
+    session = loom._configure_native(mode="record", workdir=tmp_path,
+                                     record_events=150, trace_format="text",
+                                     **HOST)
+    loop = FakeLoop(session.native)
+    states = []
+    for _ in range(12):
+        loop.iteration(markers=loom.phase)
+        loom.step()
+        states.append(loom.status()["state"])
+    # ~25 events per iteration: written once fewer than two iterations fit.
+    assert states[:3] == ["recording"] * 3
+    assert states[-1] == "recorded"
+    trace_file = tmp_path / "trace.rank0.ltt"
+    written = trace_file.read_bytes()
+    trace = trace_text.read_trace(trace_file)
+    assert len(trace.events) <= 150
+    assert trace.events[-1].kind == "iter_end", "ends at a boundary"
+    ends = [e.id for e in trace.events if e.kind == "iter_end"]
+    assert ends == list(range(1, len(ends) + 1)) and len(ends) >= 2
+    loom.finish()  # nothing more to write, no error
+    assert trace_file.read_bytes() == written
+    assert fp.read_sidecar(trace_file)["fingerprint"]["steady_allocs"] == 10
+    loop.close()
+
+
+def test_files_subcommand_groups_ranks_by_requests(loom_env, tmp_path,
+                                                   monkeypatch, capsys):
+    from loom import cli
+    loom = loom_env
+    for rank, extra in ((0, None), (1, 1), (2, None)):
+        monkeypatch.setenv("RANK", str(rank))
+        session = loom._configure_native(mode="record", workdir=tmp_path,
+                                         **HOST)
+        _run(loom, session, 3, extra_at=extra).close()
+        loom.finish()
+        loom._reset()
+    config_lib.plan_path(tmp_path, 0).write_bytes(FAKE_PLAN)
+    assert cli.main(["files", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "identical requests (may share a plan): ranks 0,2; ranks 1" in out
+    assert "plan.rank0.lplan   trace.rank0.ltb.json" in out
+    assert cli.main(["files", str(tmp_path), "--json"]) == 0
+    import json
+    report = json.loads(capsys.readouterr().out)
+    assert report["identical_requests"] == [[0, 2], [1]]
+    assert [r["steady_requests"] for r in report["ranks"]] == [10, 10, 10]
+    assert cli.main(["files", str(tmp_path / "missing")]) == 1
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_record_then_plan_mode_serves_from_the_plan(loom_env, tmp_path):
+    """The two-step workflow: record, `loom_tool plan`, then a fresh run
+    (here: libloom shut down and configured again) in plan mode."""
+    loom = loom_env
+    session = loom._configure_native(mode="record", workdir=tmp_path, **HOST)
+    _run(loom, session, 4).close()
+    loom.finish()
+    loom._reset()
+    trace = tmp_path / "trace.rank0.ltb"
+    plan = tmp_path / "plan.rank0.lplan"
+    try:
+        planning.run_loom_tool(trace, plan, ["--time-limit", "5"])
+        session = loom._configure_native(mode="plan", workdir=tmp_path,
+                                         **HOST)
+    except LoomError as error:
+        if any(s in str(error) for s in NOT_YET):
+            pytest.skip(f"planning traces is not available yet: {error}")
+        raise
+    status = loom.status()
+    assert status["state"] == "serving" and status["plan_loaded"]
+    assert status["plan_source"] == "own"
+    loop = _run(loom, session, 4)  # set-up and the recorded iterations
+    hits = loom.memory_stats()["loom.plan_hits"]
+    assert hits >= 4, "the weights are placed by the plan"
+    for _ in range(4):  # steady state: every request at its planned place
+        loop.iteration(markers=loom.phase)
+        loom.step()
+        stats = loom.memory_stats()
+        assert stats["loom.plan_hits"] == hits + 10
+        assert stats["loom.last_iteration_hit_rate"] == 1.0
+        hits = stats["loom.plan_hits"]
+        session.native.check_invariants(0)
+    loop.close()
+
+
+def test_auto_mode_reuses_rank0s_plan_only_when_requests_match(
+        loom_env, tmp_path, monkeypatch):
+    loom = loom_env
+    planned = []
+
+    def planner(trace, plan):
+        planned.append(plan)
+        with open(plan, "wb") as out:
+            out.write(FAKE_PLAN)
+
+    def auto_run(rank, extra_at=None):
+        monkeypatch.setenv("RANK", str(rank))
+        session = loom._configure_native(
+            mode="auto", workdir=tmp_path, record_iterations=3,
+            planner=planner, plan_async=False, reuse_plan_from=0,
+            plan_timeout=5, **HOST)
+        _run(loom, session, 4, extra_at=extra_at).close()
+        status = loom.status()
+        loom._reset()
+        return status
+
+    rank0 = auto_run(0)
+    assert planned == [str(tmp_path / "plan.rank0.lplan")]
+    # Rank 1, same requests: takes rank 0's plan (which, being a stand-in,
+    # cannot be installed: that failure names the reused file).
+    rank1 = auto_run(1)
+    assert len(planned) == 1, "rank 1 did not plan"
+    assert rank1["plan_error"].startswith(
+        f"cannot install {tmp_path / 'plan.rank0.lplan'}")
+    assert rank0["plan_error"].startswith(
+        f"cannot install {tmp_path / 'plan.rank0.lplan'}")
+    # Rank 2 makes an extra request: plans its own.
+    auto_run(2, extra_at=2)
+    assert planned[1:] == [str(tmp_path / "plan.rank2.lplan")]

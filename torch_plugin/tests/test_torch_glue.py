@@ -1,0 +1,191 @@
+"""Handing libloom to PyTorch, against a fake `torch` (torch is not
+installed here): the checks before the swap, the swap, the hooks, and the
+errors when torch or CUDA is missing or CUDA is initialised too early."""
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loom import _torch
+from loom import control
+from loom import stats
+from loom.errors import LoomError
+from loom_fakes import fake_torch
+
+PLUGIN_DIR = Path(__file__).resolve().parent.parent
+
+
+def _use(monkeypatch, **kwargs):
+    torch, calls, state = fake_torch(**kwargs)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    return torch, calls, state
+
+
+def test_without_torch_the_error_is_one_clear_line(loom_env, tmp_path):
+    if "torch" in sys.modules or _torch_importable():
+        pytest.skip("torch is installed here")
+    loom = loom_env
+    with pytest.raises(LoomError) as error:
+        loom.enable(workdir=tmp_path)
+    assert str(error.value).startswith(
+        "loom.enable() needs PyTorch, which cannot be imported here (No "
+        "module named 'torch')")
+    assert error.value.__cause__ is None and error.value.__suppress_context__
+    assert control.current() is None
+    with pytest.raises(LoomError, match="loom.pool.. needs PyTorch"):
+        with loom.pool():
+            pass
+    # As a script: one exception, no chained tracebacks.
+    script = (f"import loom; loom.enable(workdir={str(tmp_path)!r})")
+    result = subprocess.run([sys.executable, "-c", script], cwd=PLUGIN_DIR,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 1
+    assert "During handling" not in result.stderr
+    assert result.stderr.count("Traceback") == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "loom.errors.LoomError: loom.enable() needs PyTorch")
+
+
+def _torch_importable():
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    return importlib.util.find_spec("torch") is not None
+
+
+def test_importing_loom_does_not_import_torch():
+    code = "import sys, loom; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=PLUGIN_DIR,
+                            capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_no_cuda(loom_env, tmp_path, monkeypatch):
+    _use(monkeypatch, available=False)
+    with pytest.raises(LoomError) as error:
+        loom_env.enable(workdir=tmp_path)
+    message = str(error.value)
+    assert "CUDA is not available to PyTorch 2.9.0" in message
+    assert "torch.version.cuda = None" in message
+    assert control.current() is None
+
+
+def test_old_torch(loom_env, tmp_path, monkeypatch):
+    torch, _, _ = _use(monkeypatch, version="1.13.1")
+    del torch.cuda.memory.CUDAPluggableAllocator
+    with pytest.raises(LoomError, match=r"needs torch.cuda.memory.CUDAPluggable"
+                                        r"Allocator \(PyTorch >= 2.0\); this "
+                                        r"is PyTorch 1.13.1"):
+        loom_env.enable(workdir=tmp_path)
+
+
+def test_cuda_already_initialised(loom_env, tmp_path, monkeypatch):
+    _use(monkeypatch, initialized=True)
+    with pytest.raises(LoomError) as error:
+        loom_env.enable(workdir=tmp_path)
+    assert str(error.value) == _torch.TOO_LATE
+    assert "Call loom.enable() first thing" in str(error.value)
+    assert control.current() is None
+
+
+def test_swap_refused_by_torch(loom_env, tmp_path, monkeypatch):
+    _use(monkeypatch, swap_error="Can't swap an already initialized allocator")
+    with pytest.raises(LoomError) as error:
+        loom_env.enable(mode="record", workdir=tmp_path)
+    assert str(error.value) == _torch.TOO_LATE
+    assert control.current() is None, "the half-enabled session is dropped"
+    # libloom was shut down again: it can be configured afresh.
+    _use(monkeypatch, swap_error="something else broke")
+    with pytest.raises(LoomError, match="change_current_allocator failed: "
+                                        "something else broke"):
+        loom_env.enable(mode="record", workdir=tmp_path)
+
+
+def test_enable_installs_libloom_with_its_hooks(loom_env, tmp_path,
+                                                monkeypatch):
+    loom = loom_env
+    torch, calls, _ = _use(monkeypatch)
+    status = loom.enable(mode="record", workdir=tmp_path, cap="40GiB")
+    session = control.current()
+    native = session.native
+    assert calls[0] == ("CUDAPluggableAllocator", native.path, "loom_malloc",
+                        "loom_free")
+    assert calls[1:4] == [
+        ("set_record_stream_fn", native.address("loom_record_stream")),
+        ("set_reset_fn", native.address("loom_empty_cache")),
+        ("set_memory_fraction_fn", native.address("loom_set_memory_fraction")),
+    ]
+    assert all(address for _, address in calls[1:4])
+    assert calls[4][0] == "change_current_allocator"
+    assert calls[4][1] is session.torch_allocator
+    assert len(calls) == 5, "no set_device without LOCAL_RANK or device="
+    assert status["torch_allocator"] and status["mode"] == "record"
+    assert status["torch_hooks"] == ["set_record_stream_fn", "set_reset_fn",
+                                     "set_memory_fraction_fn"]
+    # torch.cuda's stats functions now read loom's.
+    assert torch.cuda.memory_stats is stats.memory_stats
+    assert torch.cuda.memory.memory_stats is stats.memory_stats
+    assert torch.cuda.reset_peak_memory_stats is stats.reset_peak_memory_stats
+    assert torch.cuda.memory_summary is stats.memory_summary
+    # A second enable() says so (not "CUDA is already initialised").
+    with pytest.raises(LoomError, match="already enabled in this process"):
+        loom.enable(mode="plan", workdir=tmp_path)
+    # PyTorch cannot give the allocator back.
+    with pytest.raises(LoomError, match="cannot be shut down"):
+        loom._reset()
+
+
+def test_torchrun_rank_gets_its_device(loom_env, tmp_path, monkeypatch):
+    _, calls, _ = _use(monkeypatch)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("RANK", "11")
+    loom_env.enable(mode="record", workdir=tmp_path, torch_stats=False)
+    assert calls[-1] == ("set_device", 3)
+    assert control.current().device == 3
+    assert control.current().ranks.rank == 11
+
+
+def test_missing_record_stream_hook_is_a_warning(loom_env, tmp_path,
+                                                 monkeypatch, caplog):
+    _, calls, _ = _use(monkeypatch, hooks=("set_reset_fn",))
+    with caplog.at_level(logging.WARNING, logger="loom"):
+        status = loom_env.enable(mode="record", workdir=tmp_path, device=1)
+    assert status["torch_hooks"] == ["set_reset_fn"]
+    assert "cannot forward record_stream" in caplog.text
+    assert calls[-1] == ("set_device", 1)
+
+
+def test_pool(loom_env, monkeypatch):
+    loom = loom_env
+    _use(monkeypatch)
+    with pytest.raises(LoomError, match=r"needs torch.cuda.MemPool and "
+                                        r"torch.cuda.use_mem_pool "
+                                        r"\(PyTorch >= 2.5\)"):
+        with loom.pool():
+            pass
+    assert control.current() is None, "nothing configured after the error"
+    _, calls, _ = _use(monkeypatch, mem_pool=True)
+    with loom.pool(device=0) as first:
+        pass
+    assert control.current().mode == "pool"
+    with loom.pool(device=0) as second:
+        pass
+    assert first is second, "one MemPool per device, reused"
+    names = [c[0] for c in calls]
+    assert names == ["CUDAPluggableAllocator", "set_record_stream_fn",
+                     "set_reset_fn", "set_memory_fraction_fn", "MemPool",
+                     "use_mem_pool", "end_mem_pool", "use_mem_pool",
+                     "end_mem_pool"]
+    assert "change_current_allocator" not in names
+    with pytest.raises(LoomError, match="options are taken on first use"):
+        with loom.pool(cap="1GiB"):
+            pass
+
+
+def test_pool_after_enable_is_refused(loom_env, tmp_path, monkeypatch):
+    _use(monkeypatch, mem_pool=True)
+    loom_env.enable(mode="record", workdir=tmp_path)
+    with pytest.raises(LoomError, match="already made loom the allocator"):
+        with loom_env.pool():
+            pass
