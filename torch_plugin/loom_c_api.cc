@@ -150,6 +150,17 @@ LOOM_EXPORT void loom_module_exit(const char* name) {
   });
 }
 
+LOOM_EXPORT int loom_init_device(int device) {
+  return Guarded([&] { return Runtime::Get().AllocatorFor(device).status(); });
+}
+
+LOOM_EXPORT int loom_stop_recording(void) {
+  return Guarded([&] {
+    Runtime::Get().StopRecording();
+    return loom::OkStatus();
+  });
+}
+
 LOOM_EXPORT int loom_load_plan(int device, const char* path) {
   return Guarded([&] {
     if (path == nullptr) return loom::InvalidArgumentError("null plan path");
@@ -168,9 +179,11 @@ LOOM_EXPORT long long loom_stats_json(int device, char* buffer,
                                       size_t capacity) {
   long long length = -1;
   Guarded([&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
-                          Runtime::Get().AllocatorFor(device));
-    std::string json = a->stats().ToJson();
+    if (device < 0) return loom::InvalidArgumentError("bad device {}", device);
+    loom::vmm::Allocator* a = Runtime::Get().ExistingAllocator(device);
+    // A device that has served nothing has all-zero stats.
+    std::string json = a != nullptr ? a->stats().ToJson()
+                                    : loom::vmm::AllocatorStats{}.ToJson();
     length = static_cast<long long>(json.size());
     if (buffer != nullptr && capacity > 0) {
       size_t n = std::min(capacity - 1, json.size());

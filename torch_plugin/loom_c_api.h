@@ -51,15 +51,25 @@ void loom_phase(const char* name);
 void loom_module_enter(const char* name, int dynamic);
 void loom_module_exit(const char* name);
 
+/* Creates `device`'s allocator now (installing the configured plan, if any)
+ * instead of at its first allocation, so a bad plan fails here. */
+int loom_init_device(int device);
+
+/* Stops recording on every device and frees the record buffers (what was
+ * recorded and not written is lost). */
+int loom_stop_recording(void);
+
 /* Installs a plan on `device` now (the `auto` mode's switch). */
 int loom_load_plan(int device, const char* path);
 /* Writes everything recorded on `device` so far as a trace file (text form
  * for a `.ltt` path, binary otherwise). */
 int loom_write_trace(int device, const char* path);
 
-/* Stats of `device` as JSON (torch.cuda.memory_stats() keys plus "loom.*").
- * Writes at most `capacity` bytes (NUL-terminated) into `buffer` and returns
- * the full length, so a caller can retry with a larger buffer; -1 on error. */
+/* Stats of `device` as JSON (torch.cuda.memory_stats() keys plus "loom.*");
+ * all zero for a device that has served nothing (reading stats never creates
+ * an allocator). Writes at most `capacity` bytes (NUL-terminated) into
+ * `buffer` and returns the full length, so a caller can retry with a larger
+ * buffer; -1 on error. */
 long long loom_stats_json(int device, char* buffer, size_t capacity);
 int loom_reset_peak_stats(int device);
 /* Checks every invariant of `device`'s allocator (aborts if one is broken):

@@ -188,6 +188,21 @@ std::vector<vmm::Allocator*> Runtime::Allocators() {
   return out;
 }
 
+vmm::Allocator* Runtime::ExistingAllocator(int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (device < 0 || static_cast<size_t>(device) >= allocators_.size())
+    return nullptr;
+  return allocators_[device].get();
+}
+
+void Runtime::StopRecording() {
+  std::lock_guard<std::mutex> lock(mu_);
+  settings_.record = 0;
+  for (auto& a : allocators_) {
+    if (a != nullptr) a->StopRecording();
+  }
+}
+
 Status Runtime::LoadPlan(int device, const std::string& path) {
   LOOM_ASSIGN_OR_RETURN(vmm::Allocator * allocator, AllocatorFor(device));
   uint64_t granularity;

@@ -42,6 +42,10 @@ class Runtime {
   StatusOr<vmm::Allocator*> AllocatorFor(int device);
   // Every allocator created so far.
   std::vector<vmm::Allocator*> Allocators();
+  // The allocator of `device` if it exists already, else nullptr.
+  vmm::Allocator* ExistingAllocator(int device);
+  // Stops recording on every device, now and for devices used later.
+  void StopRecording();
   Status LoadPlan(int device, const std::string& path);
   Status WriteTrace(int device, const std::string& path);
   Status SetMemoryFraction(double fraction, int device);

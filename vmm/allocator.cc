@@ -547,6 +547,14 @@ plan::Trace Allocator::RecordedTrace() const {
   return trace_;
 }
 
+void Allocator::StopRecording() {
+  std::lock_guard<FutexMutex> lock(mu_);
+  recording_ = false;
+  plan::Trace empty;
+  empty.header = trace_.header;
+  trace_ = std::move(empty);
+}
+
 Status Allocator::EmptyCache() {
   std::lock_guard<FutexMutex> lock(mu_);
   Status status = EmptyCacheLocked();

@@ -107,6 +107,8 @@ class Allocator : public Arena::PagePolicy {
   plan::Trace TakeTrace();
   // A copy of everything recorded so far (record mode).
   plan::Trace RecordedTrace() const;
+  // Stops recording and frees the record buffer.
+  void StopRecording();
 
   // Virtual ranges backed by physical memory (static region and mapped arena
   // granules), sorted: (address, size).

@@ -40,6 +40,8 @@ _SIGNATURES = {
     "loom_load_plan": (_c_int, [_c_int, _c_char_p]),
     "loom_write_trace": (_c_int, [_c_int, _c_char_p]),
     "loom_stats_json": (_c_longlong, [_c_int, _c_char_p, _c_size_t]),
+    "loom_init_device": (_c_int, [_c_int]),
+    "loom_stop_recording": (_c_int, []),
     "loom_reset_peak_stats": (_c_int, [_c_int]),
     "loom_check_invariants": (_c_int, [_c_int]),
     "loom_shutdown": (_c_int, []),
@@ -110,9 +112,17 @@ class Native:
         self._check(f"loom_write_trace({path})",
                     self.lib.loom_write_trace(device, _encode(path)))
 
+    def init_device(self, device):
+        """Creates `device`'s allocator now (loading the configured plan)."""
+        self._check("loom_init_device", self.lib.loom_init_device(device))
+
+    def stop_recording(self):
+        """Stops recording on every device and frees the record buffers."""
+        self._check("loom_stop_recording", self.lib.loom_stop_recording())
+
     def stats(self, device):
-        """The allocator stats of `device` as a dict (creates the device's
-        allocator if it has none yet)."""
+        """The allocator stats of `device` as a dict (all zero for a device
+        that has served nothing; never creates an allocator)."""
         for _ in range(4):  # the JSON may grow between the two calls
             length = self.lib.loom_stats_json(device, None, 0)
             if length < 0:

@@ -93,7 +93,7 @@ def _start(config, native_path=None):
                           plan_source)
         if plan_file is not None:
             try:
-                native.stats(device)  # builds the allocator: loads the plan
+                native.init_device(device)  # builds the allocator: loads the plan
             except NativeError as error:
                 _shutdown_quietly(native)
                 raise LoomError(f"cannot install plan {plan_file} on device "

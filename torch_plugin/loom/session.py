@@ -255,6 +255,11 @@ class Session:
             return
         self.plan_file, self.plan_source = Path(plan), source
         self.state = PLANNED
+        # The trace has served its purpose: stop filling the record buffer.
+        try:
+            self.native.stop_recording()
+        except LoomError as error:
+            log.warning("loom: could not stop recording: %s", error)
         log.info("loom: plan %s installed at iteration %d", plan,
                  self.iteration)
 

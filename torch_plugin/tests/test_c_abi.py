@@ -134,3 +134,14 @@ def test_record_mode_writes_a_trace_with_markers(lib, tmp_path):
                      "free", "iter_end"]
     assert trace.events[3].size == 8192
     assert stats(lib)["loom.dynamic_requests"] == 1
+
+
+def test_stats_of_an_unused_device_are_zero_and_create_nothing(lib):
+    assert lib.loom_configure(b"backend=host;devices=2") == 0
+    s = stats(lib, device=1)
+    assert s["reserved_bytes.all.current"] == 0
+    assert s["allocation.all.allocated"] == 0
+    # Nothing was created: settings can still change.
+    assert lib.loom_configure(b"backend=fake") == 0
+    assert lib.loom_init_device(0) == 0
+    assert lib.loom_configure(b"backend=host") != 0, "device 0 exists now"
