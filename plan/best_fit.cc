@@ -1,36 +1,9 @@
 #include "plan/best_fit.h"
 
 #include <algorithm>
-#include <bit>
 #include <numeric>
 
 namespace loom::plan {
-namespace {
-
-// Max of slot_load over each buffer's spans, through an iterative max
-// segment tree.
-std::vector<uint64_t> MaxLoads(const Problem& problem) {
-  const std::vector<uint64_t>& load = problem.slot_load();
-  const size_t leaves = std::bit_ceil(std::max<size_t>(load.size(), 1));
-  std::vector<uint64_t> tree(2 * leaves, 0);
-  std::copy(load.begin(), load.end(), tree.begin() + leaves);
-  for (size_t v = leaves - 1; v > 0; --v) {
-    tree[v] = std::max(tree[2 * v], tree[2 * v + 1]);
-  }
-  std::vector<uint64_t> out(problem.num_buffers(), 0);
-  for (size_t i = 0; i < out.size(); ++i) {
-    for (const SlotSpan& span : problem.spans(i)) {
-      for (size_t a = span.lo + leaves, b = span.hi + leaves; a < b;
-           a >>= 1, b >>= 1) {
-        if (a & 1) out[i] = std::max(out[i], tree[a++]);
-        if (b & 1) out[i] = std::max(out[i], tree[--b]);
-      }
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 std::string_view OrderName(Order order) {
   switch (order) {
@@ -83,7 +56,7 @@ std::vector<uint32_t> MakeOrder(const Problem& problem, Order order) {
       });
       break;
     case Order::kLoad: {
-      std::vector<uint64_t> loads = MaxLoads(problem);
+      std::vector<uint64_t> loads = problem.MaxLoadOverLifetime();
       sort_by([&](uint32_t i) { return std::pair(loads[i], problem.size(i)); });
       break;
     }

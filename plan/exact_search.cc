@@ -1,14 +1,18 @@
 #include "plan/exact_search.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <array>
-#include <deque>
+#include <bit>
 #include <numeric>
 
 namespace loom::plan {
 namespace {
 
 constexpr uint64_t kUnplaced = UINT64_MAX;
+// Work allowed per placement for the unallocated-floor strengthening.
+constexpr int64_t kFloorBudget = 1 << 13;
 
 // kPrune: not found, and the caller may skip the remaining siblings.
 enum class Step { kFound, kNotFound, kNodeLimit, kTimeout, kPrune };
@@ -18,9 +22,9 @@ struct SectionRange {
   int32_t hi = 0;
 };
 
+// A set of sections [lo, hi) solved independently of the others.
 struct Partition {
-  std::vector<uint32_t> buffers;
-  int32_t lo = 0;  // sections [lo, hi)
+  int32_t lo = 0;
   int32_t hi = 0;
 };
 
@@ -33,10 +37,89 @@ struct Entry {
   }
 };
 
+// Max over a range of values that receive range additions (lazy segment
+// tree): the largest section total still to place in a partition.
+class RangeMax {
+ public:
+  void Init(const std::vector<uint64_t>& values) {
+    n_ = static_cast<int32_t>(values.size());
+    leaves_ = static_cast<int32_t>(
+        std::bit_ceil(static_cast<uint32_t>(std::max(n_, 1))));
+    max_.assign(2 * leaves_, 0);
+    add_.assign(2 * leaves_, 0);
+    for (int32_t i = 0; i < n_; ++i)
+      max_[leaves_ + i] = static_cast<int64_t>(values[i]);
+    for (int32_t v = leaves_ - 1; v > 0; --v)
+      max_[v] = std::max(max_[2 * v], max_[2 * v + 1]);
+  }
+  void Add(int32_t lo, int32_t hi, int64_t delta) {
+    Add(1, 0, leaves_, lo, hi, delta);
+  }
+  int64_t Max(int32_t lo, int32_t hi) const {
+    return Max(1, 0, leaves_, lo, hi);
+  }
+
+ private:
+  void Add(int32_t v, int32_t l, int32_t r, int32_t lo, int32_t hi, int64_t d) {
+    if (hi <= l || r <= lo) return;
+    if (lo <= l && r <= hi) {
+      max_[v] += d;
+      add_[v] += d;
+      return;
+    }
+    const int32_t m = (l + r) / 2;
+    Add(2 * v, l, m, lo, hi, d);
+    Add(2 * v + 1, m, r, lo, hi, d);
+    max_[v] = add_[v] + std::max(max_[2 * v], max_[2 * v + 1]);
+  }
+  int64_t Max(int32_t v, int32_t l, int32_t r, int32_t lo, int32_t hi) const {
+    if (hi <= l || r <= lo) return INT64_MIN;
+    if (lo <= l && r <= hi) return max_[v];
+    const int32_t m = (l + r) / 2;
+    const int64_t below =
+        std::max(Max(2 * v, l, m, lo, hi), Max(2 * v + 1, m, r, lo, hi));
+    return below == INT64_MIN ? below : below + add_[v];
+  }
+  int32_t n_ = 0;
+  int32_t leaves_ = 1;
+  std::vector<int64_t> max_;
+  std::vector<int64_t> add_;
+};
+
+// Upper bound on the number of conflicting pairs (exact for non-cyclic
+// instances): for each span, the spans that start before it ends minus
+// those that end before it starts.
+uint64_t CountConflicts(const Problem& p) {
+  std::vector<int32_t> starts, ends;
+  for (size_t i = 0; i < p.num_buffers(); ++i) {
+    for (const SlotSpan& s : p.spans(i)) {
+      starts.push_back(s.lo);
+      ends.push_back(s.hi);
+    }
+  }
+  std::sort(starts.begin(), starts.end());
+  std::sort(ends.begin(), ends.end());
+  uint64_t pairs = 0;
+  for (size_t i = 0; i < p.num_buffers(); ++i) {
+    for (const SlotSpan& s : p.spans(i)) {
+      const auto before_end =
+          std::lower_bound(starts.begin(), starts.end(), s.hi) - starts.begin();
+      const auto ended =
+          std::upper_bound(ends.begin(), ends.end(), s.lo) - ends.begin();
+      pairs += static_cast<uint64_t>(before_end - ended - 1);
+    }
+  }
+  return pairs / 2;
+}
+
 class Solver {
  public:
-  Solver(const Problem& problem, uint64_t capacity, const Deadline& deadline)
-      : p_(problem), capacity_(capacity), deadline_(deadline) {
+  Solver(const Problem& problem, const ExactOptions& options,
+         const Deadline& deadline)
+      : p_(problem),
+        capacity_(options.capacity),
+        fixed_(options.fixed),
+        deadline_(deadline) {
     BuildSections();
   }
 
@@ -47,7 +130,10 @@ class Solver {
       result.outcome = SearchOutcome::kInfeasible;
       return result;
     }
-    Reset();
+    if (!Reset()) {
+      result.outcome = SearchOutcome::kInfeasible;
+      return result;
+    }
     const std::vector<Partition> partitions = InitialPartitions();
     int64_t node_limit = std::max<int64_t>(static_cast<int64_t>(n), 64);
     const bool round_robin = preorders.size() > 1;
@@ -81,6 +167,10 @@ class Solver {
   }
 
  private:
+  bool IsFixed(uint32_t b) const {
+    return !fixed_.empty() && fixed_[b] != ExactOptions::kFree;
+  }
+
   // Sections are the slots just before some buffer's span ends: every
   // maximal set of simultaneously live buffers is the live set of one.
   void BuildSections() {
@@ -110,33 +200,63 @@ class Solver {
         ranges_[i][num_ranges_[i]++] = r;
         env.lo = std::min(env.lo, r.lo);
         env.hi = std::max(env.hi, r.hi);
-        for (int32_t k = r.lo; k < r.hi; ++k) {
+        for (int32_t k = r.lo; k < r.hi; ++k)
           members_[k].push_back(static_cast<uint32_t>(i));
-        }
       }
       env_[i] = env;
     }
-    // Conflicts: buffers sharing a section.
+    // Conflicts, by a sweep over span starts and ends: O(n log n + pairs).
     overlaps_.assign(n, {});
-    std::vector<uint32_t> stamp(n, UINT32_MAX);
+    struct Event {
+      int32_t slot;
+      int32_t kind;  // 0 = end, 1 = start
+      uint32_t buffer;
+    };
+    std::vector<Event> events;
     for (size_t i = 0; i < n; ++i) {
-      stamp[i] = static_cast<uint32_t>(i);
-      for (const SectionRange& r : Ranges(i)) {
-        for (int32_t k = r.lo; k < r.hi; ++k) {
-          for (uint32_t j : members_[k]) {
-            if (stamp[j] != i) {
-              stamp[j] = static_cast<uint32_t>(i);
-              overlaps_[i].push_back(j);
-            }
-          }
-        }
+      for (const SlotSpan& s : p_.spans(i)) {
+        events.push_back({s.lo, 1, static_cast<uint32_t>(i)});
+        events.push_back({s.hi, 0, static_cast<uint32_t>(i)});
       }
     }
-    // Section totals (for the "T" preorder key) and boundary cuts.
+    std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+      return a.slot != b.slot ? a.slot < b.slot : a.kind < b.kind;
+    });
+    std::vector<uint32_t> active;
+    std::vector<uint32_t> where(n, 0);
+    for (const Event& ev : events) {
+      if (ev.kind == 0) {
+        const uint32_t at = where[ev.buffer];
+        active[at] = active.back();
+        where[active[at]] = at;
+        active.pop_back();
+        continue;
+      }
+      for (uint32_t j : active) {
+        if (j == ev.buffer) continue;
+        overlaps_[ev.buffer].push_back(j);
+        overlaps_[j].push_back(ev.buffer);
+      }
+      where[ev.buffer] = static_cast<uint32_t>(active.size());
+      active.push_back(ev.buffer);
+    }
+    if (p_.period() > 0) {  // two spans can meet the same buffer twice
+      for (std::vector<uint32_t>& list : overlaps_) {
+        std::sort(list.begin(), list.end());
+        list.erase(std::unique(list.begin(), list.end()), list.end());
+      }
+    }
     section_total_.assign(count, 0);
     for (int32_t k = 0; k < count; ++k) {
       for (uint32_t j : members_[k]) section_total_[k] += p_.size(j);
     }
+    by_env_lo_.resize(n);
+    std::iota(by_env_lo_.begin(), by_env_lo_.end(), 0u);
+    std::stable_sort(
+        by_env_lo_.begin(), by_env_lo_.end(),
+        [&](uint32_t a, uint32_t b) { return env_[a].lo < env_[b].lo; });
+    env_lo_sorted_.resize(n);
+    for (size_t k = 0; k < n; ++k) env_lo_sorted_[k] = env_[by_env_lo_[k]].lo;
     initial_cuts_.assign(std::max(count - 1, 0), 0);
     for (size_t i = 0; i < n; ++i) {
       for (int32_t k = env_[i].lo; k + 1 < env_[i].hi; ++k) ++initial_cuts_[k];
@@ -147,7 +267,8 @@ class Solver {
     return {ranges_[i].data(), num_ranges_[i]};
   }
 
-  void Reset() {
+  // Returns false when fixed buffers already make the instance infeasible.
+  bool Reset() {
     const size_t n = p_.num_buffers();
     offset_.assign(n, kUnplaced);
     rank_.assign(n, 0);
@@ -155,9 +276,23 @@ class Solver {
     solution_.assign(n, kUnplaced);
     floor_.assign(num_sections_, 0);
     total_ = section_total_;
+    max_total_.Init(section_total_);
     cuts_ = initial_cuts_;
     stamp_.assign(num_sections_, 0);
     stamp_counter_ = 0;
+    moved_.assign(n, 0);
+    move_stamp_ = 0;
+    if (fixed_.empty()) return true;
+    for (size_t i = 0; i < n; ++i) {
+      if (IsFixed(i)) min_offset_[i] = fixed_[i];
+    }
+    for (int32_t k = 0; k < num_sections_; ++k) {
+      uint64_t lowest = UINT64_MAX;
+      for (uint32_t m : members_[k]) lowest = std::min(lowest, min_offset_[m]);
+      if (lowest != UINT64_MAX) floor_[k] = lowest;
+      if (floor_[k] + total_[k] > capacity_) return false;
+    }
+    return true;
   }
 
   std::vector<Partition> InitialPartitions() const {
@@ -165,22 +300,13 @@ class Solver {
     int32_t lo = 0;
     for (int32_t k = 0; k < num_sections_; ++k) {
       if (k + 1 == num_sections_ || initial_cuts_[k] == 0) {
-        Partition part;
-        part.lo = lo;
-        part.hi = k + 1;
-        out.push_back(std::move(part));
+        Partition part{lo, k + 1};
+        bool any = false;
+        ForEachUnplaced(part, [&](uint32_t) { any = true; });
+        if (any) out.push_back(part);
         lo = k + 1;
       }
     }
-    for (size_t i = 0; i < p_.num_buffers(); ++i) {
-      // Envelopes never straddle a zero cut: find the partition by its lo.
-      auto it = std::upper_bound(
-          out.begin(), out.end(), env_[i].lo,
-          [](int32_t v, const Partition& part) { return v < part.lo; });
-      (it - 1)->buffers.push_back(static_cast<uint32_t>(i));
-    }
-    std::erase_if(out,
-                  [](const Partition& part) { return part.buffers.empty(); });
     return out;
   }
 
@@ -195,11 +321,14 @@ class Solver {
     };
     std::vector<Key> keys;
     keys.reserve(buffers.size());
+    const bool need_total = preorder_.find('T') != std::string::npos;
     for (uint32_t i : buffers) {
       uint64_t total = 0;
-      for (const SectionRange& r : Ranges(i)) {
-        for (int32_t k = r.lo; k < r.hi; ++k)
-          total = std::max(total, total_[k]);
+      if (need_total) {
+        for (const SectionRange& r : Ranges(i)) {
+          total = std::max<uint64_t>(
+              total, static_cast<uint64_t>(max_total_.Max(r.lo, r.hi)));
+        }
       }
       keys.push_back({i, total});
     }
@@ -210,9 +339,8 @@ class Solver {
           for (char c : preorder_) {
             switch (c) {
               case 'W':
-                if (p_.duration(a) != p_.duration(b)) {
+                if (p_.duration(a) != p_.duration(b))
                   return p_.duration(a) > p_.duration(b);
-                }
                 break;
               case 'A': {
                 U128 aa =
@@ -238,87 +366,154 @@ class Solver {
           }
           return a < b;
         });
-    for (size_t r = 0; r < keys.size(); ++r) {
+    for (size_t r = 0; r < keys.size(); ++r)
       rank_[keys[r].buffer] = static_cast<uint32_t>(r);
+  }
+
+  // The unplaced buffers of a partition: those whose envelope starts in
+  // it (no unplaced envelope straddles a partition boundary).
+  template <typename Fn>
+  void ForEachUnplaced(const Partition& part, Fn fn) const {
+    auto first =
+        std::lower_bound(env_lo_sorted_.begin(), env_lo_sorted_.end(), part.lo);
+    auto last = std::lower_bound(first, env_lo_sorted_.end(), part.hi);
+    for (auto it = first; it != last; ++it) {
+      const uint32_t b = by_env_lo_[it - env_lo_sorted_.begin()];
+      if (offset_[b] == kUnplaced) fn(b);
     }
   }
 
+  // current_ = the unplaced buffers of `part` sorted by (min offset, rank).
+  void BuildOrder(const Partition& part) {
+    current_.clear();
+    ForEachUnplaced(part, [&](uint32_t b) {
+      current_.push_back({min_offset_[b], rank_[b], b});
+    });
+    std::sort(current_.begin(), current_.end());
+  }
+
   Step SubSolve(const Partition& part, int depth) {
-    std::vector<Entry> start;
     std::vector<uint32_t> unplaced;
-    std::vector<uint32_t> saved_ranks;
-    for (uint32_t b : part.buffers) {
-      if (offset_[b] != kUnplaced) continue;
-      start.push_back({0, 0, b});
-      unplaced.push_back(b);
-      saved_ranks.push_back(rank_[b]);
-    }
+    ForEachUnplaced(part, [&](uint32_t b) { unplaced.push_back(b); });
+    std::vector<uint32_t> saved_ranks(unplaced.size());
+    for (size_t k = 0; k < unplaced.size(); ++k)
+      saved_ranks[k] = rank_[unplaced[k]];
     Rank(unplaced);
-    Step step = Search(part, start, 0, 0, depth + 1);
+    BuildOrder(part);
+    Step step = Search(part, 0, 0, depth + 1);
     for (size_t k = 0; k < unplaced.size(); ++k)
       rank_[unplaced[k]] = saved_ranks[k];
     return step;
   }
 
-  // Per-depth scratch lists; a deque so that growing it keeps references
-  // held by shallower levels valid.
-  std::vector<Entry>& Scratch(int depth) {
-    if (static_cast<size_t>(depth) >= scratch_.size()) {
-      scratch_.resize(depth + 1);
-    }
-    return scratch_[depth];
+  bool OutOfTime() {
+    if (!timed_out_ && deadline_.Expired()) timed_out_ = true;
+    return timed_out_;
   }
 
-  Step Search(const Partition& part, const std::vector<Entry>& parent,
-              uint64_t last_offset, uint32_t last_rank, int depth) {
-    if (--nodes_left_ < 0) return Step::kNodeLimit;
-    if ((++nodes_ & 1023) == 0 && deadline_.Expired()) timed_out_ = true;
-    if (timed_out_) return Step::kTimeout;
-    std::vector<Entry>& order = Scratch(depth);
-    order.clear();
-    for (const Entry& e : parent) {
-      if (offset_[e.buffer] == kUnplaced) {
-        order.push_back({min_offset_[e.buffer], rank_[e.buffer], e.buffer});
-      }
+  // Merges the sorted `extra` into current_ after dropping the entries of
+  // buffers stamped in moved_: O(|current_| + |extra| log |extra|).
+  void Reorder(std::vector<Entry>& extra, uint64_t stamp) {
+    std::sort(extra.begin(), extra.end());
+    merged_.clear();
+    merged_.reserve(current_.size() + extra.size());
+    auto x = extra.begin();
+    for (const Entry& e : current_) {
+      if (moved_[e.buffer] == stamp) continue;
+      while (x != extra.end() && *x < e) merged_.push_back(*x++);
+      merged_.push_back(e);
     }
-    if (order.empty()) return Step::kFound;
-    std::sort(order.begin(), order.end());
+    merged_.insert(merged_.end(), x, extra.end());
+    current_.swap(merged_);
+  }
+
+  // current_ after placing `placed`: it leaves, the buffers raised since
+  // offset_log_[log_mark] move to their new keys.
+  void OrderAfterPlace(uint32_t placed, size_t log_mark) {
+    const uint64_t stamp = ++move_stamp_;
+    moved_[placed] = stamp;
+    extra_.clear();
+    for (size_t k = log_mark; k < offset_log_.size(); ++k) {
+      const uint32_t o = offset_log_[k].first;
+      moved_[o] = stamp;
+      extra_.push_back({min_offset_[o], rank_[o], o});
+    }
+    Reorder(extra_, stamp);
+  }
+
+  // The inverse of OrderAfterPlace (before the min offsets are restored).
+  void OrderBeforePlace(const Entry& placed, size_t log_mark) {
+    const uint64_t stamp = ++move_stamp_;
+    extra_.clear();
+    extra_.push_back(placed);
+    for (size_t k = log_mark; k < offset_log_.size(); ++k) {
+      const uint32_t o = offset_log_[k].first;
+      moved_[o] = stamp;
+      extra_.push_back({offset_log_[k].second, rank_[o], o});
+    }
+    Reorder(extra_, stamp);
+  }
+
+  // A node: current_ holds the partition's unplaced buffers, sorted. Each
+  // child leaves current_ exactly as it found it, so siblings are found by
+  // index and a node needs O(1) memory.
+  Step Search(const Partition& part, uint64_t last_offset, uint32_t last_rank,
+              int depth) {
+    if (--nodes_left_ < 0) return Step::kNodeLimit;
+    ++nodes_;
+    if (OutOfTime()) return Step::kTimeout;
+    if (current_.empty()) return Step::kFound;
+    // The lowest top any unplaced buffer can reach. Entries are sorted by
+    // offset, so once an offset reaches the running minimum no later entry
+    // can lower it.
     uint64_t min_height = UINT64_MAX;
-    for (const Entry& e : order) {
+    for (const Entry& e : current_) {
+      if (e.offset >= min_height) break;
       min_height = std::min(min_height, e.offset + p_.size(e.buffer));
     }
-    for (const Entry& e : order) {
-      if (e.offset < last_offset ||
-          (e.offset == last_offset && e.rank < last_rank)) {
-        continue;  // not canonical
-      }
+    // Canonical: only (offset, rank) after the last placement.
+    size_t index = std::lower_bound(current_.begin(), current_.end(),
+                                    Entry{last_offset, last_rank, 0}) -
+                   current_.begin();
+    int tried = 0;
+    for (; index < current_.size(); ++index) {
+      const Entry e = current_[index];
       if (e.offset >= min_height) break;  // dominated (sorted by offset)
-      Step step = Place(part, order, e, depth);
+      if (IsFixed(e.buffer) && e.offset != fixed_[e.buffer]) continue;
+      if ((++tried & 63) == 0 && OutOfTime()) return Step::kTimeout;
+      Step step = Place(part, e, depth);
       if (step == Step::kPrune) break;
       if (step != Step::kNotFound) return step;
     }
     return Step::kNotFound;
   }
 
-  Step Place(const Partition& part, const std::vector<Entry>& order,
-             const Entry& e, int depth) {
+  Step Place(const Partition& part, const Entry& e, int depth) {
     const uint32_t b = e.buffer;
-    const uint64_t height = e.offset + p_.size(b);
+    const uint64_t size = p_.size(b);
+    const uint64_t height = e.offset + size;
     const size_t offset_mark = offset_log_.size();
     const size_t floor_mark = floor_log_.size();
     offset_[b] = e.offset;
     solution_[b] = e.offset;
+    bool ok = true;
     // Raise the min offsets of unplaced neighbours.
     const uint64_t stamp = ++stamp_counter_;
     const size_t affected_mark = affected_.size();
     bool hatless = true;  // no unplaced buffer conflicts with b
+    // The unallocated floor below is a strengthening, not needed for
+    // soundness: on huge instances it is bounded to keep nodes cheap.
+    int64_t budget = kFloorBudget;
     for (uint32_t o : overlaps_[b]) {
       if (offset_[o] != kUnplaced) continue;
       hatless = false;
       if (min_offset_[o] >= height) continue;
       offset_log_.push_back({o, min_offset_[o]});
       min_offset_[o] = AlignUp(height, p_.alignment(o));
+      if (IsFixed(o)) ok = false;  // pushed off its fixed offset
+      if (budget <= 0) continue;
       for (const SectionRange& r : Ranges(o)) {
+        budget -= r.hi - r.lo;
         for (int32_t k = r.lo; k < r.hi; ++k) {
           if (stamp_[k] != stamp) {
             stamp_[k] = stamp;
@@ -329,19 +524,23 @@ class Solver {
     }
     // The sections of b: floor = its top, one size less to place.
     for (const SectionRange& r : Ranges(b)) {
+      max_total_.Add(r.lo, r.hi, -static_cast<int64_t>(size));
       for (int32_t k = r.lo; k < r.hi; ++k) {
         floor_log_.push_back({k, floor_[k]});
         floor_[k] = std::max(floor_[k], height);
-        total_[k] -= p_.size(b);
+        total_[k] -= size;
+        if (floor_[k] + total_[k] > capacity_) ok = false;
       }
     }
     // Unallocated floor: a section's unplaced buffers all sit at or above
     // their min offsets, so the floor rises to the lowest of them.
-    for (size_t a = affected_mark; a < affected_.size(); ++a) {
+    for (size_t a = affected_mark; a < affected_.size() && ok; ++a) {
       const int32_t k = affected_[a];
       const uint64_t floor = floor_[k];
       uint64_t lowest = UINT64_MAX;
+      if (budget <= -kFloorBudget) break;
       for (uint32_t m : members_[k]) {
+        --budget;
         if (offset_[m] != kUnplaced) continue;
         lowest = std::min(lowest, min_offset_[m]);
         if (lowest <= floor) break;
@@ -349,14 +548,28 @@ class Solver {
       if (lowest != UINT64_MAX && lowest > floor) {
         floor_log_.push_back({k, floor});
         floor_[k] = lowest;
+        if (lowest + total_[k] > capacity_) ok = false;
       }
     }
     affected_.resize(affected_mark);
+    // Offsets only grow from here on in this partition: every section must
+    // fit its remaining buffers above the current offset.
+    if (ok && e.offset + static_cast<uint64_t>(std::max<int64_t>(
+                             max_total_.Max(part.lo, part.hi), 0)) >
+                  capacity_) {
+      ok = false;
+    }
     Step step = Step::kNotFound;
-    if (Check(part, e.offset)) step = Decompose(part, order, e, depth);
-    // Undo in reverse.
+    if (ok) {
+      OrderAfterPlace(b, offset_mark);
+      step = Decompose(part, e, depth);
+      // Undo in reverse. After kFound, kTimeout or kNodeLimit the search
+      // is over and current_ is rebuilt before any further use.
+      if (step == Step::kNotFound) OrderBeforePlace(e, offset_mark);
+    }
     for (const SectionRange& r : Ranges(b)) {
-      for (int32_t k = r.lo; k < r.hi; ++k) total_[k] += p_.size(b);
+      max_total_.Add(r.lo, r.hi, static_cast<int64_t>(size));
+      for (int32_t k = r.lo; k < r.hi; ++k) total_[k] += size;
     }
     while (floor_log_.size() > floor_mark) {
       floor_[floor_log_.back().first] = floor_log_.back().second;
@@ -373,42 +586,29 @@ class Solver {
     return step;
   }
 
-  // Every section must still fit what remains to be placed in it.
-  bool Check(const Partition& part, uint64_t offset) const {
-    for (int32_t k = part.lo; k < part.hi; ++k) {
-      if (std::max(floor_[k], offset) + total_[k] > capacity_) return false;
-    }
-    return true;
-  }
-
-  Step Decompose(const Partition& part, const std::vector<Entry>& order,
-                 const Entry& e, int depth) {
+  Step Decompose(const Partition& part, const Entry& e, int depth) {
     const uint32_t b = e.buffer;
     const SectionRange env = env_[b];
     std::vector<int32_t> cutpoints;
     for (int32_t k = env.lo; k + 1 < env.hi; ++k) {
-      if (--cuts_[k] == 0 && k >= part.lo && k + 1 < part.hi) {
+      if (--cuts_[k] == 0 && k >= part.lo && k + 1 < part.hi)
         cutpoints.push_back(k + 1);
-      }
     }
     Step step = Step::kFound;
     if (cutpoints.empty()) {
-      step = Search(part, order, e.offset, e.rank, depth + 1);
+      step = Search(part, e.offset, e.rank, depth + 1);
     } else {
       cutpoints.insert(cutpoints.begin(), part.lo);
       cutpoints.push_back(part.hi);
       for (size_t c = 1; c < cutpoints.size() && step == Step::kFound; ++c) {
-        Partition sub;
-        sub.lo = cutpoints[c - 1];
-        sub.hi = cutpoints[c];
-        for (uint32_t o : part.buffers) {
-          if (offset_[o] != kUnplaced) continue;
-          if (env_[o].hi > sub.lo && env_[o].lo < sub.hi)
-            sub.buffers.push_back(o);
-        }
-        if (sub.buffers.empty()) continue;
+        Partition sub{cutpoints[c - 1], cutpoints[c]};
+        bool any = false;
+        ForEachUnplaced(sub, [&](uint32_t) { any = true; });
+        if (!any) continue;
         step = SubSolve(sub, depth + 1);
       }
+      // The sub-partitions replaced current_: rebuild this partition's.
+      if (step == Step::kNotFound) BuildOrder(part);
     }
     for (int32_t k = env.lo; k + 1 < env.hi; ++k) ++cuts_[k];
     return step;
@@ -416,6 +616,7 @@ class Solver {
 
   const Problem& p_;
   const uint64_t capacity_;
+  const std::vector<uint64_t>& fixed_;
   const Deadline& deadline_;
 
   int32_t num_sections_ = 0;
@@ -431,17 +632,38 @@ class Solver {
   std::vector<uint32_t> rank_;
   std::vector<uint64_t> offset_, min_offset_, solution_;
   std::vector<uint64_t> floor_, total_;
+  RangeMax max_total_;
   std::vector<int32_t> cuts_;
   std::vector<uint64_t> stamp_;
   std::vector<int32_t> affected_;
   uint64_t stamp_counter_ = 0;
   std::vector<std::pair<uint32_t, uint64_t>> offset_log_;
   std::vector<std::pair<int32_t, uint64_t>> floor_log_;
-  std::deque<std::vector<Entry>> scratch_;
+  std::vector<uint32_t> by_env_lo_;     // buffers sorted by envelope start
+  std::vector<int32_t> env_lo_sorted_;  // their envelope starts
+  std::vector<Entry> current_, merged_, extra_;
+  std::vector<uint64_t> moved_;
+  uint64_t move_stamp_ = 0;
   int64_t nodes_left_ = 0;
   int64_t nodes_ = 0;
   bool timed_out_ = false;
 };
+
+// Runs `fn` on a new thread with a stack of `bytes` and waits for it.
+template <typename Fn>
+void RunWithStack(size_t bytes, Fn fn) {
+  pthread_attr_t attr;
+  LOOM_CHECK_EQ(pthread_attr_init(&attr), 0);
+  LOOM_CHECK_EQ(pthread_attr_setstacksize(&attr, bytes), 0);
+  pthread_t thread;
+  auto trampoline = [](void* arg) -> void* {
+    (*static_cast<Fn*>(arg))();
+    return nullptr;
+  };
+  LOOM_CHECK_EQ(pthread_create(&thread, &attr, trampoline, &fn), 0);
+  LOOM_CHECK_EQ(pthread_join(thread, nullptr), 0);
+  pthread_attr_destroy(&attr);
+}
 
 }  // namespace
 
@@ -449,13 +671,29 @@ ExactResult SolveAtCapacity(const Problem& problem, const ExactOptions& options,
                             const Deadline& deadline) {
   LOOM_CHECK_GT(options.capacity, 0u);
   LOOM_CHECK(!options.preorders.empty());
+  LOOM_CHECK(options.fixed.empty() ||
+             options.fixed.size() == problem.num_buffers());
+  ExactResult result;
   if (problem.num_buffers() == 0) {
-    ExactResult result;
     result.outcome = SearchOutcome::kFound;
     return result;
   }
-  Solver solver(problem, options.capacity, deadline);
-  return solver.Run(options.preorders);
+  result.conflicts = CountConflicts(problem);
+  if (result.conflicts > options.max_conflicts) {
+    result.outcome = SearchOutcome::kTooLarge;
+    return result;
+  }
+  // The search recurses about three frames per placed buffer: run it on a
+  // thread whose stack fits the deepest path.
+  ExactResult run;
+  const size_t stack_bytes =
+      (size_t{8} << 20) + problem.num_buffers() * size_t{2048};
+  RunWithStack(stack_bytes, [&] {
+    Solver solver(problem, options, deadline);
+    run = solver.Run(options.preorders);
+  });
+  run.conflicts = result.conflicts;
+  return run;
 }
 
 }  // namespace loom::plan

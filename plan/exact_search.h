@@ -40,6 +40,7 @@ enum class SearchOutcome {
   kFound,       // a placement with peak <= capacity
   kInfeasible,  // proved: no placement fits in capacity
   kTimeout,     // the deadline passed first
+  kTooLarge,    // declined: more conflicts than options.max_conflicts
 };
 
 struct ExactOptions {
@@ -48,17 +49,25 @@ struct ExactOptions {
   // keys: W lifetime width, A area (size x width), T max section total,
   // Z size, S start (ascending).
   std::vector<std::string> preorders = {"WAT", "TAW", "TWA"};
+  // Optional: one entry per buffer, kFree or the offset the buffer must
+  // keep (used to re-solve part of a plan with the rest held in place).
+  std::vector<uint64_t> fixed;
+  // The search declines (outcome kTooLarge) instances with more
+  // conflicting pairs than this: its tables would not fit in memory.
+  uint64_t max_conflicts = uint64_t{60} << 20;
+  static constexpr uint64_t kFree = UINT64_MAX;
 };
 
 struct ExactResult {
   SearchOutcome outcome = SearchOutcome::kTimeout;
-  Placement placement;  // valid when outcome == kFound
-  int64_t nodes = 0;    // search nodes visited
+  Placement placement;     // valid when outcome == kFound
+  int64_t nodes = 0;       // search nodes visited
+  uint64_t conflicts = 0;  // conflicting pairs of the instance
 };
 
 // Searches for a placement of `problem` with peak <= options.capacity.
 // REQUIRES: options.capacity > 0; preorders non-empty, letters from
-// "WATZS".
+// "WATZS"; fixed empty or one per buffer, fixed offsets aligned.
 ExactResult SolveAtCapacity(const Problem& problem, const ExactOptions& options,
                             const Deadline& deadline);
 

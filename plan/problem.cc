@@ -78,6 +78,27 @@ StatusOr<Problem> Problem::Make(const Instance& instance, uint64_t size_round,
   return p;
 }
 
+std::vector<uint64_t> Problem::MaxLoadOverLifetime() const {
+  // Range max over slot_load_ with an iterative segment tree.
+  const size_t leaves = std::bit_ceil(std::max<size_t>(slot_load_.size(), 1));
+  std::vector<uint64_t> tree(2 * leaves, 0);
+  std::copy(slot_load_.begin(), slot_load_.end(), tree.begin() + leaves);
+  for (size_t v = leaves - 1; v > 0; --v) {
+    tree[v] = std::max(tree[2 * v], tree[2 * v + 1]);
+  }
+  std::vector<uint64_t> out(items_.size(), 0);
+  for (size_t i = 0; i < items_.size(); ++i) {
+    for (const SlotSpan& span : spans(i)) {
+      for (size_t a = span.lo + leaves, b = span.hi + leaves; a < b;
+           a >>= 1, b >>= 1) {
+        if (a & 1) out[i] = std::max(out[i], tree[a++]);
+        if (b & 1) out[i] = std::max(out[i], tree[--b]);
+      }
+    }
+  }
+  return out;
+}
+
 uint64_t Problem::PeakOf(std::span<const uint64_t> offsets) const {
   LOOM_CHECK_EQ(offsets.size(), items_.size());
   uint64_t peak = 0;

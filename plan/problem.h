@@ -72,6 +72,9 @@ class Problem {
   const std::vector<uint64_t>& slot_load() const { return slot_load_; }
   uint64_t total_bytes() const { return total_bytes_; }
 
+  // For each buffer, the max over its lifetime of slot_load().
+  std::vector<uint64_t> MaxLoadOverLifetime() const;
+
   // Peak of `offsets` (max offset + size); REQUIRES one offset per buffer.
   uint64_t PeakOf(std::span<const uint64_t> offsets) const;
 
