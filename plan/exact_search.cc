@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <memory>
 #include <numeric>
 
 namespace loom::plan {
@@ -112,18 +113,21 @@ uint64_t CountConflicts(const Problem& p) {
   return pairs / 2;
 }
 
-class Solver {
+}  // namespace
+
+class ExactSearch::Solver {
  public:
-  Solver(const Problem& problem, const ExactOptions& options,
-         const Deadline& deadline)
-      : p_(problem),
-        capacity_(options.capacity),
-        fixed_(options.fixed),
-        deadline_(deadline) {
+  Solver(const Problem& problem, std::vector<uint64_t> fixed)
+      : p_(problem), fixed_(std::move(fixed)) {
     BuildSections();
   }
 
-  ExactResult Run(const std::vector<std::string>& preorders) {
+  ExactResult Run(uint64_t capacity, const std::vector<std::string>& preorders,
+                  const Deadline& deadline) {
+    capacity_ = capacity;
+    deadline_ = deadline;
+    nodes_ = 0;
+    timed_out_ = false;
     ExactResult result;
     const size_t n = p_.num_buffers();
     if (p_.lower_bound() > capacity_) {
@@ -615,9 +619,9 @@ class Solver {
   }
 
   const Problem& p_;
-  const uint64_t capacity_;
-  const std::vector<uint64_t>& fixed_;
-  const Deadline& deadline_;
+  const std::vector<uint64_t> fixed_;
+  uint64_t capacity_ = 0;
+  Deadline deadline_ = Deadline::Infinite();
 
   int32_t num_sections_ = 0;
   std::vector<std::vector<uint32_t>> members_;
@@ -649,6 +653,8 @@ class Solver {
   bool timed_out_ = false;
 };
 
+namespace {
+
 // Runs `fn` on a new thread with a stack of `bytes` and waits for it.
 template <typename Fn>
 void RunWithStack(size_t bytes, Fn fn) {
@@ -665,35 +671,52 @@ void RunWithStack(size_t bytes, Fn fn) {
   pthread_attr_destroy(&attr);
 }
 
+// The search recurses about three frames per placed buffer: it runs on a
+// thread whose stack fits the deepest path.
+size_t StackBytes(const Problem& problem) {
+  return (size_t{8} << 20) + problem.num_buffers() * size_t{2048};
+}
+
 }  // namespace
 
-ExactResult SolveAtCapacity(const Problem& problem, const ExactOptions& options,
-                            const Deadline& deadline) {
-  LOOM_CHECK_GT(options.capacity, 0u);
-  LOOM_CHECK(!options.preorders.empty());
-  LOOM_CHECK(options.fixed.empty() ||
-             options.fixed.size() == problem.num_buffers());
+ExactSearch::ExactSearch(const Problem& problem, std::vector<uint64_t> fixed,
+                         uint64_t max_conflicts)
+    : problem_(problem) {
+  LOOM_CHECK(fixed.empty() || fixed.size() == problem.num_buffers());
+  conflicts_ = CountConflicts(problem);
+  if (conflicts_ > max_conflicts || problem.num_buffers() == 0) return;
+  RunWithStack(StackBytes(problem), [&] {
+    solver_ = std::make_unique<Solver>(problem, std::move(fixed));
+  });
+}
+
+ExactSearch::~ExactSearch() = default;
+
+ExactResult ExactSearch::Solve(uint64_t capacity,
+                               const std::vector<std::string>& preorders,
+                               const Deadline& deadline) {
+  LOOM_CHECK_GT(capacity, 0u);
+  LOOM_CHECK(!preorders.empty());
   ExactResult result;
-  if (problem.num_buffers() == 0) {
+  result.conflicts = conflicts_;
+  if (problem_.num_buffers() == 0) {
     result.outcome = SearchOutcome::kFound;
     return result;
   }
-  result.conflicts = CountConflicts(problem);
-  if (result.conflicts > options.max_conflicts) {
+  if (!solver_) {
     result.outcome = SearchOutcome::kTooLarge;
     return result;
   }
-  // The search recurses about three frames per placed buffer: run it on a
-  // thread whose stack fits the deepest path.
-  ExactResult run;
-  const size_t stack_bytes =
-      (size_t{8} << 20) + problem.num_buffers() * size_t{2048};
-  RunWithStack(stack_bytes, [&] {
-    Solver solver(problem, options, deadline);
-    run = solver.Run(options.preorders);
-  });
-  run.conflicts = result.conflicts;
-  return run;
+  RunWithStack(StackBytes(problem_),
+               [&] { result = solver_->Run(capacity, preorders, deadline); });
+  result.conflicts = conflicts_;
+  return result;
+}
+
+ExactResult SolveAtCapacity(const Problem& problem, const ExactOptions& options,
+                            const Deadline& deadline) {
+  ExactSearch search(problem, options.fixed, options.max_conflicts);
+  return search.Solve(options.capacity, options.preorders, deadline);
 }
 
 }  // namespace loom::plan

@@ -28,6 +28,7 @@
 #define LOOM_PLAN_EXACT_SEARCH_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,33 @@ struct ExactResult {
   Placement placement;     // valid when outcome == kFound
   int64_t nodes = 0;       // search nodes visited
   uint64_t conflicts = 0;  // conflicting pairs of the instance
+};
+
+// The search's tables (sections, conflicts) for one problem, built once and
+// reused across capacities (the minimising loop probes several).
+class ExactSearch {
+ public:
+  // Builds the tables, unless the problem has more than `max_conflicts`
+  // conflicting pairs (then every Solve answers kTooLarge). `fixed`: as
+  // ExactOptions::fixed. REQUIRES: `problem` outlives this object.
+  ExactSearch(const Problem& problem, std::vector<uint64_t> fixed = {},
+              uint64_t max_conflicts = ExactOptions{}.max_conflicts);
+  ~ExactSearch();
+  ExactSearch(const ExactSearch&) = delete;
+  ExactSearch& operator=(const ExactSearch&) = delete;
+
+  // REQUIRES: capacity > 0; preorders non-empty, letters from "WATZS".
+  ExactResult Solve(uint64_t capacity,
+                    const std::vector<std::string>& preorders,
+                    const Deadline& deadline);
+
+  uint64_t conflicts() const { return conflicts_; }
+
+ private:
+  class Solver;
+  const Problem& problem_;
+  uint64_t conflicts_ = 0;
+  std::unique_ptr<Solver> solver_;
 };
 
 // Searches for a placement of `problem` with peak <= options.capacity.

@@ -31,8 +31,8 @@ uint64_t LowerBound(const Instance& instance, uint64_t round_to) {
   std::vector<std::pair<int64_t, int64_t>> deltas;  // (time, signed size)
   deltas.reserve(instance.buffers.size() * 2);
   for (const Buffer& b : instance.buffers) {
-    uint64_t size = round_to <= 1 ? b.size
-                                  : (b.size + round_to - 1) / round_to * round_to;
+    uint64_t size =
+        round_to <= 1 ? b.size : (b.size + round_to - 1) / round_to * round_to;
     for (const auto& [s, e] : LiveIntervals(b, instance.period)) {
       deltas.emplace_back(s, static_cast<int64_t>(size));
       deltas.emplace_back(e, -static_cast<int64_t>(size));
@@ -80,8 +80,8 @@ Status ValidateInstance(const Instance& instance) {
       }
       if (b.end - b.start > instance.period) {
         return InvalidArgumentError(
-            "buffer {} (id {}): lifetime {} longer than the period {}", i,
-            b.id, b.end - b.start, instance.period);
+            "buffer {} (id {}): lifetime {} longer than the period {}", i, b.id,
+            b.end - b.start, instance.period);
       }
     }
   }

@@ -7,8 +7,8 @@ namespace {
 
 TEST(InstanceTest, LowerBoundIsMaxLiveBytes) {
   Instance inst;
-  inst.buffers = {{0, 0, 3, 4}, {1, 3, 9, 4}, {2, 0, 9, 4}, {3, 9, 21, 4},
-                  {4, 0, 21, 4}};
+  inst.buffers = {
+      {0, 0, 3, 4}, {1, 3, 9, 4}, {2, 0, 9, 4}, {3, 9, 21, 4}, {4, 0, 21, 4}};
   // MiniMalloc's README example: capacity 12 is tight.
   EXPECT_EQ(LowerBound(inst), 12u);
   EXPECT_EQ(LowerBound(inst, 8), 24u);
@@ -41,7 +41,8 @@ TEST(InstanceTest, CyclicBuffersWrapAroundTheIteration) {
 TEST(InstanceTest, ValidationNamesTheBadBuffer) {
   Instance inst;
   inst.buffers = {{7, 5, 5, 1}};
-  EXPECT_EQ(ValidateInstance(inst).message(), "buffer 0 (id 7): empty lifetime [5, 5)");
+  EXPECT_EQ(ValidateInstance(inst).message(),
+            "buffer 0 (id 7): empty lifetime [5, 5)");
   inst.buffers = {{7, 0, 5, 0}};
   EXPECT_FALSE(ValidateInstance(inst).ok());
   inst.buffers = {{7, 0, 5, 8, 3}};

@@ -7,11 +7,21 @@
 namespace loom::plan {
 namespace {
 
-enum class Column { kId, kLower, kUpper, kEndInclusive, kSize, kAlignment, kOffset };
+enum class Column {
+  kId,
+  kLower,
+  kUpper,
+  kEndInclusive,
+  kSize,
+  kAlignment,
+  kOffset
+};
 
 std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
     s.remove_suffix(1);
   }
   return s;
@@ -32,8 +42,10 @@ std::vector<std::string_view> SplitCommas(std::string_view line) {
 }
 
 StatusOr<Column> ColumnFromName(std::string_view name) {
-  if (name == "id" || name == "buffer" || name == "buffer_id") return Column::kId;
-  if (name == "lower" || name == "begin" || name == "start") return Column::kLower;
+  if (name == "id" || name == "buffer" || name == "buffer_id")
+    return Column::kId;
+  if (name == "lower" || name == "begin" || name == "start")
+    return Column::kLower;
   if (name == "upper") return Column::kUpper;
   if (name == "end") return Column::kEndInclusive;
   if (name == "size") return Column::kSize;
@@ -45,12 +57,14 @@ StatusOr<Column> ColumnFromName(std::string_view name) {
 StatusOr<uint64_t> ParseValue(std::string_view field, std::string_view what) {
   if (field.empty()) return InvalidArgumentError("empty {}", what);
   uint64_t value = 0;
-  auto [ptr, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
+  auto [ptr, ec] =
+      std::from_chars(field.data(), field.data() + field.size(), value);
   if (ec == std::errc::result_out_of_range) {
     return OutOfRangeError("{} '{}' is too large", what, field);
   }
   if (ec != std::errc() || ptr != field.data() + field.size()) {
-    return InvalidArgumentError("{} '{}' is not a non-negative integer", what, field);
+    return InvalidArgumentError("{} '{}' is not a non-negative integer", what,
+                                field);
   }
   if (value > kMaxCsvValue) {
     return OutOfRangeError("{} {} exceeds the limit 2^50", what, value);
@@ -72,12 +86,14 @@ StatusOr<CsvInstance> ParseMinimallocCsv(std::string_view text,
   size_t pos = 0;
   while (pos < text.size()) {
     size_t newline = text.find('\n', pos);
-    std::string_view line = text.substr(
-        pos, newline == std::string_view::npos ? std::string_view::npos : newline - pos);
+    std::string_view line = text.substr(pos, newline == std::string_view::npos
+                                                 ? std::string_view::npos
+                                                 : newline - pos);
     pos = newline == std::string_view::npos ? text.size() : newline + 1;
     ++line_number;
     auto where = [&](const Status& s) {
-      return Status(s.code(), fmt::format("{}:{}: {}", source, line_number, s.message()));
+      return Status(s.code(),
+                    fmt::format("{}:{}: {}", source, line_number, s.message()));
     };
     if (Trim(line).empty()) continue;
     std::vector<std::string_view> fields = SplitCommas(line);
@@ -93,7 +109,8 @@ StatusOr<CsvInstance> ParseMinimallocCsv(std::string_view text,
         columns.push_back(*column);
         has_id |= *column == Column::kId;
         has_lower |= *column == Column::kLower;
-        has_end |= *column == Column::kUpper || *column == Column::kEndInclusive;
+        has_end |=
+            *column == Column::kUpper || *column == Column::kEndInclusive;
         has_size |= *column == Column::kSize;
         has_offset |= *column == Column::kOffset;
       }
@@ -116,7 +133,8 @@ StatusOr<CsvInstance> ParseMinimallocCsv(std::string_view text,
         if (field.empty()) return where(InvalidArgumentError("empty id"));
         label = std::string(field);
         uint64_t id = 0;
-        auto [ptr, ec] = std::from_chars(field.data(), field.data() + field.size(), id);
+        auto [ptr, ec] =
+            std::from_chars(field.data(), field.data() + field.size(), id);
         if (ec != std::errc() || ptr != field.data() + field.size()) {
           numeric_ids = false;
         }
@@ -159,7 +177,8 @@ StatusOr<CsvInstance> ParseMinimallocCsv(std::string_view text,
                                         buffer.end));
     }
     if (buffer.size == 0) return where(InvalidArgumentError("size is 0"));
-    if (buffer.alignment == 0 || (buffer.alignment & (buffer.alignment - 1)) != 0) {
+    if (buffer.alignment == 0 ||
+        (buffer.alignment & (buffer.alignment - 1)) != 0) {
       return where(InvalidArgumentError("alignment {} is not a power of two",
                                         buffer.alignment));
     }
@@ -197,13 +216,14 @@ std::string FormatMinimallocCsv(const Instance& instance,
   for (size_t i = 0; i < instance.buffers.size(); ++i) {
     const Buffer& b = instance.buffers[i];
     if (instance.labels.empty()) {
-      fmt::format_to(std::back_inserter(out), "{},{},{},{}", b.id, b.start, b.end,
-                     b.size);
+      fmt::format_to(std::back_inserter(out), "{},{},{},{}", b.id, b.start,
+                     b.end, b.size);
     } else {
       fmt::format_to(std::back_inserter(out), "{},{},{},{}", instance.labels[i],
                      b.start, b.end, b.size);
     }
-    if (!offsets.empty()) fmt::format_to(std::back_inserter(out), ",{}", offsets[i]);
+    if (!offsets.empty())
+      fmt::format_to(std::back_inserter(out), ",{}", offsets[i]);
     out += '\n';
   }
   return out;

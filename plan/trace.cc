@@ -118,8 +118,8 @@ Status ValidateTrace(const Trace& trace) {
     switch (e.kind) {
       case EventKind::kAlloc:
         if (e.size == 0) {
-          return InvalidArgumentError("event {}: alloc of request {} has size 0",
-                                      t, e.id);
+          return InvalidArgumentError(
+              "event {}: alloc of request {} has size 0", t, e.id);
         }
         if (!live.insert(e.id).second) {
           return InvalidArgumentError(

@@ -43,12 +43,12 @@ inline constexpr uint8_t kDynamicModule = 1;  // on kModuleEnter: sizes vary
 
 struct Event {
   EventKind kind = EventKind::kAlloc;
-  uint8_t flags = 0;     // see kDynamicModule
-  int16_t device = 0;    // CUDA device ordinal of alloc/free
-  uint32_t name = 0;     // phase/module events: index into Trace::names
-  uint64_t id = 0;       // alloc/free: request id; iteration events: number
-  uint64_t size = 0;     // alloc: requested bytes (> 0)
-  uint64_t stream = 0;   // alloc/free: stream handle value, 0 = default
+  uint8_t flags = 0;    // see kDynamicModule
+  int16_t device = 0;   // CUDA device ordinal of alloc/free
+  uint32_t name = 0;    // phase/module events: index into Trace::names
+  uint64_t id = 0;      // alloc/free: request id; iteration events: number
+  uint64_t size = 0;    // alloc: requested bytes (> 0)
+  uint64_t stream = 0;  // alloc/free: stream handle value, 0 = default
 
   static Event Alloc(uint64_t id, uint64_t size, uint64_t stream = 0,
                      int16_t device = 0);

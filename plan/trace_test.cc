@@ -29,7 +29,8 @@ TEST(TraceTest, ValidationNamesTheFirstBadEvent) {
             "event 1: request 1 allocated while still live");
   trace = Trace();
   trace.AddFree(5);
-  EXPECT_EQ(ValidateTrace(trace).message(), "event 0: free of request 5 which is not live");
+  EXPECT_EQ(ValidateTrace(trace).message(),
+            "event 0: free of request 5 which is not live");
   trace = Trace();
   trace.AddAlloc(1, 0);
   EXPECT_FALSE(ValidateTrace(trace).ok());

@@ -1,0 +1,59 @@
+#include "plan/local_search.h"
+
+#include <algorithm>
+#include <random>
+
+#include "plan/best_fit.h"
+
+namespace loom::plan {
+
+LocalSearchResult ImproveOrder(const Problem& problem,
+                               std::vector<uint32_t> order,
+                               const LocalSearchOptions& options,
+                               const Deadline& deadline) {
+  const size_t n = problem.num_buffers();
+  LOOM_CHECK_EQ(order.size(), n);
+  LocalSearchResult result;
+  Placement current = PlaceInOrder(problem, order, options.rule);
+  result.best = current;
+  result.order = order;
+  if (n < 2) return result;
+  std::mt19937_64 rng(options.seed);
+  std::vector<uint32_t> critical;
+  std::vector<uint32_t> candidate;
+  while (!deadline.Expired() &&
+         (options.max_steps == 0 || result.steps < options.max_steps) &&
+         result.best.peak > options.target) {
+    ++result.steps;
+    // The buffers that reach the current peak.
+    critical.clear();
+    for (uint32_t i = 0; i < n; ++i) {
+      if (current.offsets[i] + problem.size(i) == current.peak) {
+        critical.push_back(i);
+      }
+    }
+    candidate = order;
+    const size_t moves = 1 + rng() % std::min<size_t>(3, critical.size());
+    for (size_t m = 0; m < moves; ++m) {
+      const uint32_t b = critical[rng() % critical.size()];
+      const auto from = std::find(candidate.begin(), candidate.end(), b);
+      const size_t p = static_cast<size_t>(from - candidate.begin());
+      if (p == 0) continue;
+      const size_t to = rng() % p;
+      std::rotate(candidate.begin() + to, from, from + 1);
+    }
+    Placement next = PlaceInOrder(problem, candidate, options.rule);
+    if (next.peak <= current.peak) {
+      order.swap(candidate);
+      current = std::move(next);
+      if (current.peak < result.best.peak) {
+        result.best = current;
+        result.order = order;
+        ++result.improvements;
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace loom::plan
