@@ -74,7 +74,9 @@ class Driver {
   bool Done() const {
     if (!best_) return false;
     if (deadline_.Expired()) return true;
-    if (best_->peak <= problem_.lower_bound()) return true;
+    if (best_->peak <= std::max(problem_.lower_bound(), proven_floor_)) {
+      return true;  // optimal
+    }
     if (!options_.minimize) {
       return options_.capacity == 0 || best_->peak <= options_.capacity;
     }
@@ -214,8 +216,10 @@ class Driver {
       if (outcome == SearchOutcome::kTooLarge) return;
     }
     if (!options_.minimize) return;
-    // Minimise. Every peak is a sum of sizes, so with all sizes and
-    // alignments multiples of `quantum` only multiples of it need probing.
+    // Minimise. Pushing every buffer down as far as it goes never raises a
+    // peak, and then each offset is 0, the top of another buffer or an
+    // aligned address: the optimum is a multiple of `quantum` (the gcd of
+    // the sizes and alignments), so only multiples need probing.
     uint64_t quantum = 0;
     for (size_t i = 0; i < problem_.num_buffers(); ++i) {
       quantum = std::gcd(quantum, problem_.size(i));
@@ -230,7 +234,9 @@ class Driver {
     if (best_->peak > lb && !deadline_.Expired()) {
       const SearchOutcome outcome = ExactAt(lb, deadline_.SecondsLeft() / 2);
       if (outcome == SearchOutcome::kTooLarge) return;
-      if (outcome == SearchOutcome::kInfeasible) proven_floor_ = lb + 1;
+      if (outcome == SearchOutcome::kInfeasible) {
+        proven_floor_ = (lb / quantum + 1) * quantum;
+      }
     }
     int timeouts = 0;
     while (best_->peak > std::max(lb, proven_floor_) + quantum - 1 &&
@@ -239,7 +245,7 @@ class Driver {
       const SearchOutcome outcome =
           ExactAt(capacity, deadline_.SecondsLeft() / 2);
       if (outcome == SearchOutcome::kInfeasible) {
-        proven_floor_ = capacity + 1;
+        proven_floor_ = best_->peak;  // nothing below it: optimal
         break;
       }
       timeouts = outcome == SearchOutcome::kTimeout ? timeouts + 1 : 0;
@@ -252,7 +258,7 @@ class Driver {
     LocalSearchOptions ls;
     ls.seed = options_.seed;
     ls.rule = best_order_rule_;
-    ls.target = problem_.lower_bound();
+    ls.target = std::max(problem_.lower_bound(), proven_floor_);
     LocalSearchResult r = ImproveOrder(problem_, *best_order_, ls, deadline_);
     Record(fmt::format("local-search({} steps)", r.steps), &r.best,
            Elapsed() - t0);
