@@ -12,4 +12,6 @@ LOOM_COPTS = [
 # Tests: the same, minus warnings that GoogleTest macros trigger.
 LOOM_TEST_COPTS = LOOM_COPTS + [
     "-Wno-unused-parameter",
+    # EXPECT_* in an unbraced `if` expands to an if/else.
+    "-Wno-dangling-else",
 ]

@@ -24,10 +24,12 @@ struct Command {
 };
 
 int RunInfo(const Args& args);
+int RunCompare(const Args& args);
 
 // The table main() dispatches on, in the order `loom_tool --help` lists them.
 inline constexpr Command kCommands[] = {
     {"info", "backend, devices, granularity, total and free memory", RunInfo},
+    {"compare", "compare simulated allocators on a workload", RunCompare},
 };
 
 }  // namespace loom::cli

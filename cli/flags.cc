@@ -9,8 +9,9 @@ namespace loom::cli {
 
 StatusOr<uint64_t> ParseSize(std::string_view text) {
   size_t digits = 0;
-  while (digits < text.size() &&
-         ((text[digits] >= '0' && text[digits] <= '9') || text[digits] == '.')) {
+  while (
+      digits < text.size() &&
+      ((text[digits] >= '0' && text[digits] <= '9') || text[digits] == '.')) {
     ++digits;
   }
   if (digits == 0) return InvalidArgumentError("'{}' is not a size", text);
@@ -22,10 +23,20 @@ StatusOr<uint64_t> ParseSize(std::string_view text) {
     double factor;
   };
   static constexpr Unit kUnits[] = {
-      {"", 1},        {"B", 1},         {"K", 1024.0},   {"KiB", 1024.0},
-      {"M", 1 << 20}, {"MiB", 1 << 20}, {"G", 1 << 30},  {"GiB", 1 << 30},
-      {"T", 1099511627776.0}, {"TiB", 1099511627776.0},  {"KB", 1e3},
-      {"MB", 1e6},    {"GB", 1e9},      {"TB", 1e12},
+      {"", 1},
+      {"B", 1},
+      {"K", 1024.0},
+      {"KiB", 1024.0},
+      {"M", 1 << 20},
+      {"MiB", 1 << 20},
+      {"G", 1 << 30},
+      {"GiB", 1 << 30},
+      {"T", 1099511627776.0},
+      {"TiB", 1099511627776.0},
+      {"KB", 1e3},
+      {"MB", 1e6},
+      {"GB", 1e9},
+      {"TB", 1e12},
   };
   for (const Unit& unit : kUnits) {
     if (suffix != unit.name) continue;
@@ -37,7 +48,8 @@ StatusOr<uint64_t> ParseSize(std::string_view text) {
     double bytes = value * unit.factor;
     if (bytes > 1.8e19) return OutOfRangeError("size '{}' is too large", text);
     if (bytes != std::floor(bytes)) {
-      return InvalidArgumentError("size '{}' is not a whole number of bytes", text);
+      return InvalidArgumentError("size '{}' is not a whole number of bytes",
+                                  text);
     }
     return static_cast<uint64_t>(bytes);
   }
@@ -45,7 +57,8 @@ StatusOr<uint64_t> ParseSize(std::string_view text) {
 }
 
 std::string FormatBytes(uint64_t bytes) {
-  static constexpr const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  static constexpr const char* kNames[] = {"B",   "KiB", "MiB",
+                                           "GiB", "TiB", "PiB"};
   double value = static_cast<double>(bytes);
   int unit = 0;
   while (value >= 1024.0 && unit < 5) {
@@ -62,7 +75,8 @@ FlagParser::FlagParser(std::string command, std::string usage,
       usage_(std::move(usage)),
       description_(std::move(description)) {}
 
-void FlagParser::AddString(std::string name, std::string* value, std::string help) {
+void FlagParser::AddString(std::string name, std::string* value,
+                           std::string help) {
   flags_.push_back({std::move(name), Type::kString, value, std::move(help)});
 }
 void FlagParser::AddInt(std::string name, int64_t* value, std::string help) {
@@ -102,9 +116,11 @@ Status FlagParser::SetFlag(const Flag& flag, std::string_view text) {
       return OkStatus();
     case Type::kInt: {
       int64_t v = 0;
-      auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      auto [ptr, ec] =
+          std::from_chars(text.data(), text.data() + text.size(), v);
       if (ec != std::errc() || ptr != text.data() + text.size()) {
-        return InvalidArgumentError("--{}: '{}' is not an integer", flag.name, text);
+        return InvalidArgumentError("--{}: '{}' is not an integer", flag.name,
+                                    text);
       }
       *static_cast<int64_t*>(flag.value) = v;
       return OkStatus();
@@ -114,14 +130,16 @@ Status FlagParser::SetFlag(const Flag& flag, std::string_view text) {
       char* end = nullptr;
       double v = std::strtod(s.c_str(), &end);
       if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
-        return InvalidArgumentError("--{}: '{}' is not a number", flag.name, text);
+        return InvalidArgumentError("--{}: '{}' is not a number", flag.name,
+                                    text);
       }
       *static_cast<double*>(flag.value) = v;
       return OkStatus();
     }
     case Type::kSize: {
       StatusOr<uint64_t> v = ParseSize(text);
-      if (!v.ok()) return v.status().WithContext(fmt::format("--{}", flag.name));
+      if (!v.ok())
+        return v.status().WithContext(fmt::format("--{}", flag.name));
       *static_cast<uint64_t*>(flag.value) = *v;
       return OkStatus();
     }
@@ -131,7 +149,8 @@ Status FlagParser::SetFlag(const Flag& flag, std::string_view text) {
       } else if (text == "false" || text == "0" || text == "no") {
         *static_cast<bool*>(flag.value) = false;
       } else {
-        return InvalidArgumentError("--{}: '{}' is not true or false", flag.name, text);
+        return InvalidArgumentError("--{}: '{}' is not true or false",
+                                    flag.name, text);
       }
       return OkStatus();
   }
@@ -203,8 +222,8 @@ std::optional<int> FlagParser::Parse(const std::vector<std::string>& args) {
 }
 
 std::string FlagParser::Help() const {
-  std::string out = fmt::format("usage: loom {} {}\n\n{}\n", command_, usage_,
-                                description_);
+  std::string out =
+      fmt::format("usage: loom {} {}\n\n{}\n", command_, usage_, description_);
   if (!positionals_.empty() || rest_ != nullptr) {
     out += "\narguments:\n";
     for (const Positional& p : positionals_) {
@@ -212,7 +231,8 @@ std::string FlagParser::Help() const {
                          p.required ? "" : " (optional)");
     }
     if (rest_ != nullptr) {
-      out += fmt::format("  {:<22} {}\n", "<" + rest_name_ + "...>", rest_help_);
+      out +=
+          fmt::format("  {:<22} {}\n", "<" + rest_name_ + "...>", rest_help_);
     }
   }
   out += "\noptions:\n";

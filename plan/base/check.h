@@ -19,23 +19,23 @@ namespace loom::internal {
 }  // namespace loom::internal
 
 // LOOM_CHECK(cond) or LOOM_CHECK(cond, "format {}", args...).
-#define LOOM_CHECK(cond, ...)                                              \
-  do {                                                                     \
-    if (!(cond)) [[unlikely]] {                                            \
-      ::loom::internal::CheckFailed(__FILE__, __LINE__, #cond,             \
-                                    ::fmt::format("" __VA_ARGS__));        \
-    }                                                                      \
+#define LOOM_CHECK(cond, ...)                                       \
+  do {                                                              \
+    if (!(cond)) [[unlikely]] {                                     \
+      ::loom::internal::CheckFailed(__FILE__, __LINE__, #cond,      \
+                                    ::fmt::format("" __VA_ARGS__)); \
+    }                                                               \
   } while (false)
 
-#define LOOM_CHECK_OP_(a, b, op)                                             \
-  do {                                                                       \
-    const auto& loom_a_ = (a);                                               \
-    const auto& loom_b_ = (b);                                               \
-    if (!(loom_a_ op loom_b_)) [[unlikely]] {                                \
-      ::loom::internal::CheckFailed(                                         \
-          __FILE__, __LINE__, #a " " #op " " #b,                             \
-          ::fmt::format("{} vs {}", loom_a_, loom_b_));                      \
-    }                                                                        \
+#define LOOM_CHECK_OP_(a, b, op)                        \
+  do {                                                  \
+    const auto& loom_a_ = (a);                          \
+    const auto& loom_b_ = (b);                          \
+    if (!(loom_a_ op loom_b_)) [[unlikely]] {           \
+      ::loom::internal::CheckFailed(                    \
+          __FILE__, __LINE__, #a " " #op " " #b,        \
+          ::fmt::format("{} vs {}", loom_a_, loom_b_)); \
+    }                                                   \
   } while (false)
 
 #define LOOM_CHECK_EQ(a, b) LOOM_CHECK_OP_(a, b, ==)

@@ -39,8 +39,9 @@ JsonWriter& JsonWriter::BeginObject() {
 }
 
 JsonWriter& JsonWriter::EndObject() {
-  LOOM_CHECK(!scopes_.empty() && scopes_.back() == Scope::kObject && !after_key_,
-             "JsonWriter: unbalanced EndObject");
+  LOOM_CHECK(
+      !scopes_.empty() && scopes_.back() == Scope::kObject && !after_key_,
+      "JsonWriter: unbalanced EndObject");
   bool empty = first_.back();
   scopes_.pop_back();
   first_.pop_back();
@@ -69,8 +70,9 @@ JsonWriter& JsonWriter::EndArray() {
 }
 
 JsonWriter& JsonWriter::Key(std::string_view key) {
-  LOOM_CHECK(!scopes_.empty() && scopes_.back() == Scope::kObject && !after_key_,
-             "JsonWriter: Key outside an object");
+  LOOM_CHECK(
+      !scopes_.empty() && scopes_.back() == Scope::kObject && !after_key_,
+      "JsonWriter: Key outside an object");
   if (!first_.back()) out_ += ',';
   first_.back() = false;
   NewLine();

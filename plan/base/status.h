@@ -21,16 +21,17 @@ namespace loom {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument = 1,    // caller passed something malformed or misused an API
-  kNotFound = 2,           // a file, symbol or entry does not exist
-  kAlreadyExists = 3,      // e.g. a range is already mapped
-  kFailedPrecondition = 4, // state forbids the call (e.g. release of a mapped handle)
-  kOutOfRange = 5,         // a value lies outside what the format allows
-  kOutOfMemory = 6,        // the device (or its simulation) has no memory left
-  kDataLoss = 7,           // corrupt or truncated input
-  kUnavailable = 8,        // e.g. no CUDA driver on this machine
-  kUnimplemented = 9,      // the backend does not support the operation
-  kInternal = 10,          // an unexpected failure of a lower layer
+  kInvalidArgument = 1,  // caller passed something malformed or misused an API
+  kNotFound = 2,         // a file, symbol or entry does not exist
+  kAlreadyExists = 3,    // e.g. a range is already mapped
+  kFailedPrecondition =
+      4,             // state forbids the call (e.g. release of a mapped handle)
+  kOutOfRange = 5,   // a value lies outside what the format allows
+  kOutOfMemory = 6,  // the device (or its simulation) has no memory left
+  kDataLoss = 7,     // corrupt or truncated input
+  kUnavailable = 8,  // e.g. no CUDA driver on this machine
+  kUnimplemented = 9,  // the backend does not support the operation
+  kInternal = 10,      // an unexpected failure of a lower layer
 };
 
 // Name of a code, e.g. "INVALID_ARGUMENT".
@@ -67,11 +68,11 @@ class [[nodiscard]] Status {
 inline Status OkStatus() { return Status(); }
 
 // Constructors with fmt-style messages: InvalidArgument("bad size {}", n).
-#define LOOM_DEFINE_STATUS_CTOR(Name, Code)                             \
-  template <typename... Args>                                           \
-  Status Name(fmt::format_string<Args...> format, Args&&... args) {     \
-    return Status(StatusCode::Code,                                     \
-                  fmt::format(format, std::forward<Args>(args)...));    \
+#define LOOM_DEFINE_STATUS_CTOR(Name, Code)                          \
+  template <typename... Args>                                        \
+  Status Name(fmt::format_string<Args...> format, Args&&... args) {  \
+    return Status(StatusCode::Code,                                  \
+                  fmt::format(format, std::forward<Args>(args)...)); \
   }
 LOOM_DEFINE_STATUS_CTOR(InvalidArgumentError, kInvalidArgument)
 LOOM_DEFINE_STATUS_CTOR(NotFoundError, kNotFound)
@@ -98,9 +99,10 @@ class [[nodiscard]] StatusOr {
 
   bool ok() const { return std::holds_alternative<T>(value_); }
 
-  // OK when a value is held.
-  Status status() const {
-    return ok() ? OkStatus() : std::get<Status>(value_);
+  // OK when a value is held. The reference lives as long as this StatusOr.
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(value_);
   }
 
   // REQUIRES: ok().
@@ -134,10 +136,10 @@ class [[nodiscard]] StatusOr {
 }  // namespace loom
 
 // Returns from the enclosing function if `expr` yields a non-OK Status.
-#define LOOM_RETURN_IF_ERROR(expr)                 \
-  do {                                             \
-    ::loom::Status loom_status_ = (expr);          \
-    if (!loom_status_.ok()) return loom_status_;   \
+#define LOOM_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::loom::Status loom_status_ = (expr);        \
+    if (!loom_status_.ok()) return loom_status_; \
   } while (false)
 
 #define LOOM_STATUS_CONCAT_INNER_(a, b) a##b

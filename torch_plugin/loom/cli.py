@@ -2,11 +2,14 @@
 
 Subcommands that compute (info, analyze, plan, ...) run in the C++ tool
 loom_tool; this front end forwards them, after turning any PyTorch snapshot
-argument into a loom trace. `setup` and `test` are handled by the ./loom
-launcher script itself, since they must work before anything is built.
+argument into a loom trace (loom.snapshot_cli: positional arguments that are
+snapshot pickles, by content; `--snapshot-device N` picks the device).
+Snapshot import and export run here in Python. `setup` and `test` are
+handled by the ./loom launcher script itself, since they must work before
+anything is built.
 """
 
-import os
+import importlib
 import subprocess
 import sys
 
@@ -15,6 +18,19 @@ from loom import _paths
 # name -> one-line summary. Forwarded verbatim to loom_tool.
 FORWARDED = {
     "info": "backend, devices, granularity, total and free memory",
+}
+
+# Subcommands implemented in Python: name -> (summary, module, function).
+PYTHON_COMMANDS = {
+    "import": ("PyTorch memory snapshot pickle -> loom text trace",
+               "loom.snapshot_cli", "run_import"),
+    "export-snapshot": ("loom text trace -> snapshot pickle for memory_viz",
+                        "loom.snapshot_cli", "run_export"),
+}
+
+# Forwarded to loom_tool after the front end handled options of its own.
+WRAPPED = {
+    "compare": "compare allocators on a workload (--plot out.png)",
 }
 
 # Subcommands that exist but whose work has not landed yet.
@@ -31,8 +47,10 @@ LAUNCHER_ONLY = {
 
 def usage():
     lines = ["usage: loom <subcommand> [options]", "", "subcommands:"]
-    for name, summary in {**LAUNCHER_ONLY, **FORWARDED, **NOT_YET}.items():
-        lines.append(f"  {name:<10} {summary}")
+    python = {name: entry[0] for name, entry in PYTHON_COMMANDS.items()}
+    for name, summary in {**LAUNCHER_ONLY, **FORWARDED, **WRAPPED, **python,
+                          **NOT_YET}.items():
+        lines.append(f"  {name:<16} {summary}")
     lines += ["", "`loom <subcommand> --help` describes each one."]
     return "\n".join(lines) + "\n"
 
@@ -47,6 +65,20 @@ def run_tool(args):
     return subprocess.call([str(tool), *args])
 
 
+def run_forwarded(command, args):
+    """Runs loom_tool `command`, snapshot arguments converted first."""
+    from loom import snapshot_cli  # pylint: disable=import-outside-toplevel
+    try:
+        with snapshot_cli.converted_snapshot_args(args) as converted:
+            return run_tool([command, *converted])
+    except snapshot_cli.UsageError as error:
+        print(f"loom {command}: {error}", file=sys.stderr)
+        return 2
+    except snapshot_cli.ConversionError as error:
+        print(f"loom {command}: {error}", file=sys.stderr)
+        return 1
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -54,7 +86,13 @@ def main(argv=None):
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command in FORWARDED:
-        return run_tool([command, *rest])
+        return run_forwarded(command, rest)
+    if command in PYTHON_COMMANDS:
+        _, module, function = PYTHON_COMMANDS[command]
+        return getattr(importlib.import_module(module), function)(rest)
+    if command == "compare":
+        from loom import compare_plot  # pylint: disable=import-outside-toplevel
+        return compare_plot.run(rest, lambda a: run_forwarded(a[0], a[1:]))
     if command in NOT_YET:
         print(f"loom {command}: not yet available", file=sys.stderr)
         return 1

@@ -1,0 +1,165 @@
+// `loom compare`: replays one workload through the simulated baseline
+// allocators (PyTorch's caching allocator, expandable segments, a
+// GMLake-style stitcher) and reports peak allocated/reserved memory,
+// efficiency, fragmentation and driver calls (bench/compare/compare.h).
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bench/compare/compare.h"
+#include "bench/sim/caching_config.h"
+#include "bench/workloads/load.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+
+namespace loom::cli {
+namespace {
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> items;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t comma = text.find(',', begin);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > begin) items.push_back(text.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  return items;
+}
+
+}  // namespace
+
+int RunCompare(const Args& args) {
+  std::string input;
+  bool json = false;
+  std::string series;
+  uint64_t capacity = 0;
+  std::string alloc_conf;
+  std::string torch_version = "2.11";
+  std::string allocators;
+  uint64_t frag_limit = 512 * bench::kMiB;
+  double reuse_limit = 10.0;
+  int64_t samples = 4000;
+  bool check = false;
+  std::string builtins;
+  for (const std::string& name : bench::BuiltinWorkloadNames()) {
+    builtins += (builtins.empty() ? "builtin:" : ", builtin:") + name;
+  }
+  FlagParser flags(
+      "compare", "<input> [options]",
+      "Replays a workload through simulated baseline allocators (PyTorch's "
+      "CUDA caching allocator as of 2.11, the same with "
+      "expandable_segments:True, a GMLake-style stitcher) and compares peak "
+      "allocated and reserved memory, efficiency (peak allocated / peak "
+      "reserved), fragmentation and driver calls.\n<input> is a MiniMalloc "
+      "CSV or one of " +
+          builtins + " (options: builtin:moe:layers=4,seed=7).");
+  flags.AddPositional("input", &input, "workload: CSV path or builtin:<name>");
+  flags.AddBool("json", &json, "print a JSON list of rows instead of a table");
+  flags.AddString("series", &series,
+                  "write memory-over-time samples of every allocator (CSV)");
+  flags.AddSize("capacity", &capacity,
+                "device memory, e.g. 80GiB (default: unlimited)");
+  flags.AddString("alloc-conf", &alloc_conf,
+                  "PyTorch allocator settings for the pytorch rows, e.g. "
+                  "max_split_size_mb:128");
+  flags.AddString("torch-version", &torch_version,
+                  "PyTorch rules to follow: 2.4, 2.5, 2.6 .. 2.11 (default)");
+  flags.AddString("allocators", &allocators,
+                  "comma-separated subset of pytorch,pytorch_expandable,"
+                  "gmlake (default: all)");
+  flags.AddSize("frag-limit", &frag_limit,
+                "gmlake: stitch requests of at least this size (512MiB)");
+  flags.AddDouble("reuse-limit", &reuse_limit,
+                  "gmlake: reuse a stitched block up to this many times the "
+                  "request (10)");
+  flags.AddInt("samples", &samples,
+               "memory-over-time points per allocator (default 4000)");
+  flags.AddBool("check", &check,
+                "check every simulator invariant after every event (slow)");
+  if (auto exit = flags.Parse(args)) return *exit;
+  if (samples < 1 || samples > 1000000) {
+    std::fprintf(stderr, "loom compare: --samples must be in 1..1000000\n");
+    return 2;
+  }
+  if (!(reuse_limit >= 1.0 && reuse_limit <= 1e6)) {
+    std::fprintf(stderr, "loom compare: --reuse-limit must be in [1, 1e6]\n");
+    return 2;
+  }
+
+  StatusOr<bench::CachingConfig> base =
+      bench::ConfigForTorchVersion(torch_version);
+  if (!base.ok()) {
+    std::fprintf(stderr, "loom compare: --torch-version: %s\n",
+                 base.status().message().c_str());
+    return 2;
+  }
+  StatusOr<bench::CachingConfig> config =
+      bench::ParseAllocConf(alloc_conf, *base);
+  if (!config.ok()) {
+    std::fprintf(stderr, "loom compare: --alloc-conf: %s\n",
+                 config.status().message().c_str());
+    return 2;
+  }
+  bench::CompareOptions options;
+  options.capacity = capacity;
+  options.pytorch = *config;
+  options.gmlake.frag_limit = frag_limit;
+  options.gmlake.reuse_limit = reuse_limit;
+  options.gmlake.max_split_size = config->max_split_size;
+  options.max_samples = static_cast<size_t>(samples);
+  options.check_invariants = check;
+
+  std::vector<bench::AllocatorFactory> factories =
+      bench::BaselineAllocators(options);
+  if (!allocators.empty()) {
+    std::vector<std::string> wanted = SplitList(allocators);
+    std::vector<bench::AllocatorFactory> chosen;
+    for (const std::string& name : wanted) {
+      auto it = std::find_if(factories.begin(), factories.end(),
+                             [&](const auto& f) { return f.name == name; });
+      if (it == factories.end()) {
+        std::fprintf(stderr,
+                     "loom compare: unknown allocator '%s' (pytorch, "
+                     "pytorch_expandable, gmlake)\n",
+                     name.c_str());
+        return 2;
+      }
+      chosen.push_back(*it);
+    }
+    factories = std::move(chosen);
+  }
+
+  StatusOr<bench::Workload> workload = bench::LoadWorkload(input);
+  if (!workload.ok()) {
+    std::fprintf(stderr, "loom compare: %s\n",
+                 workload.status().message().c_str());
+    return 1;
+  }
+  StatusOr<bench::Comparison> comparison =
+      bench::Compare(workload->trace, input, factories, options);
+  if (!comparison.ok()) {
+    std::fprintf(stderr, "loom compare: %s: %s\n", input.c_str(),
+                 comparison.status().message().c_str());
+    return 1;
+  }
+  if (!series.empty()) {
+    std::ofstream out(series);
+    out << bench::FormatSeriesCsv(*comparison);
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "loom compare: cannot write the series to '%s'\n",
+                   series.c_str());
+      return 1;
+    }
+  }
+  std::string text =
+      json ? bench::FormatJson(*comparison) : bench::FormatTable(*comparison);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return 0;
+}
+
+}  // namespace loom::cli

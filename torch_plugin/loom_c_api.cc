@@ -1,0 +1,199 @@
+// The C ABI of libloom.so (see loom_c_api.h): thin wrappers over Runtime that
+// turn every failure, including a C++ exception, into a code and a message.
+#include "torch_plugin/loom_c_api.h"
+
+#include <cstring>
+#include <exception>
+#include <new>
+
+#include "torch_plugin/runtime.h"
+
+#define LOOM_EXPORT __attribute__((visibility("default")))
+
+namespace {
+
+using loom::Status;
+using loom::StatusCode;
+using loom::plugin::Runtime;
+using loom::plugin::SetLastError;
+
+int Code(const Status& status) {
+  if (!status.ok()) SetLastError(status);
+  return static_cast<int>(status.code());
+}
+
+// Runs `body` (returning Status) with no exception escaping.
+template <typename Body>
+int Guarded(Body&& body) {
+  try {
+    return Code(body());
+  } catch (const std::bad_alloc&) {
+    return Code(loom::OutOfMemoryError("host memory exhausted"));
+  } catch (const std::exception& e) {
+    return Code(loom::InternalError("unexpected exception: {}", e.what()));
+  } catch (...) {
+    return Code(loom::InternalError("unexpected exception"));
+  }
+}
+
+loom::vmm::Stream AsStream(void* stream) {
+  return static_cast<loom::vmm::Stream>(reinterpret_cast<uintptr_t>(stream));
+}
+
+// Applies `f` to every device's allocator.
+template <typename F>
+void ForEachAllocator(F&& f) {
+  Guarded([&] {
+    for (loom::vmm::Allocator* a : Runtime::Get().Allocators()) f(*a);
+    return loom::OkStatus();
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+LOOM_EXPORT int loom_configure(const char* settings) {
+  return Guarded([&] {
+    if (settings == nullptr) return loom::InvalidArgumentError("null settings");
+    return Runtime::Get().Configure(settings);
+  });
+}
+
+LOOM_EXPORT void* loom_malloc(ssize_t size, int device, void* stream) {
+  void* result = nullptr;
+  Guarded([&]() -> Status {
+    if (size < 0) return loom::InvalidArgumentError("negative size {}", size);
+    if (size == 0) return loom::OkStatus();  // PyTorch never asks; nullptr is fine
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a, Runtime::Get().AllocatorFor(device));
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::DevicePtr ptr,
+                          a->Allocate(static_cast<uint64_t>(size), AsStream(stream)));
+    result = reinterpret_cast<void*>(ptr);
+    return loom::OkStatus();
+  });
+  return result;
+}
+
+LOOM_EXPORT void loom_free(void* ptr, ssize_t size, int device, void* stream) {
+  (void)size;
+  (void)stream;
+  Guarded([&]() -> Status {
+    if (ptr == nullptr) return loom::OkStatus();
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a, Runtime::Get().AllocatorFor(device));
+    Status status = a->Free(reinterpret_cast<uintptr_t>(ptr));
+    if (!status.ok()) {
+      // A free PyTorch believes valid is a bug somewhere: say so loudly, and
+      // never release memory we cannot account for.
+      fmt::print(stderr, "loom: {}\n", status.ToString());
+    }
+    return status;
+  });
+}
+
+LOOM_EXPORT void loom_record_stream(void* ptr, void* stream) {
+  Guarded([&]() -> Status {
+    for (loom::vmm::Allocator* a : Runtime::Get().Allocators()) {
+      Status status = a->RecordStream(reinterpret_cast<uintptr_t>(ptr), AsStream(stream));
+      if (status.ok()) return status;
+    }
+    return loom::InvalidArgumentError("record_stream on {}, not a live loom allocation", ptr);
+  });
+}
+
+LOOM_EXPORT void loom_empty_cache(void) {
+  Guarded([&]() -> Status {
+    Status result;
+    for (loom::vmm::Allocator* a : Runtime::Get().Allocators()) {
+      Status status = a->EmptyCache();
+      if (!status.ok()) result = status;
+    }
+    return result;
+  });
+}
+
+LOOM_EXPORT void loom_set_memory_fraction(double fraction, int device) {
+  Guarded([&] { return Runtime::Get().SetMemoryFraction(fraction, device); });
+}
+
+LOOM_EXPORT void loom_iteration_begin(long long iteration) {
+  ForEachAllocator([&](loom::vmm::Allocator& a) {
+    a.IterationBegin(static_cast<uint64_t>(iteration));
+  });
+}
+
+LOOM_EXPORT void loom_iteration_end(long long iteration) {
+  ForEachAllocator([&](loom::vmm::Allocator& a) {
+    a.IterationEnd(static_cast<uint64_t>(iteration));
+  });
+}
+
+LOOM_EXPORT void loom_phase(const char* name) {
+  if (name == nullptr) return;
+  ForEachAllocator([&](loom::vmm::Allocator& a) { a.Phase(name); });
+}
+
+LOOM_EXPORT void loom_module_enter(const char* name, int dynamic) {
+  if (name == nullptr) return;
+  ForEachAllocator([&](loom::vmm::Allocator& a) { a.ModuleEnter(name, dynamic != 0); });
+}
+
+LOOM_EXPORT void loom_module_exit(const char* name) {
+  if (name == nullptr) return;
+  ForEachAllocator([&](loom::vmm::Allocator& a) { a.ModuleExit(name); });
+}
+
+LOOM_EXPORT int loom_load_plan(int device, const char* path) {
+  return Guarded([&] {
+    if (path == nullptr) return loom::InvalidArgumentError("null plan path");
+    return Runtime::Get().LoadPlan(device, path);
+  });
+}
+
+LOOM_EXPORT int loom_write_trace(int device, const char* path) {
+  return Guarded([&] {
+    if (path == nullptr) return loom::InvalidArgumentError("null trace path");
+    return Runtime::Get().WriteTrace(device, path);
+  });
+}
+
+LOOM_EXPORT long long loom_stats_json(int device, char* buffer, size_t capacity) {
+  long long length = -1;
+  Guarded([&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a, Runtime::Get().AllocatorFor(device));
+    std::string json = a->stats().ToJson();
+    length = static_cast<long long>(json.size());
+    if (buffer != nullptr && capacity > 0) {
+      size_t n = std::min(capacity - 1, json.size());
+      std::memcpy(buffer, json.data(), n);
+      buffer[n] = '\0';
+    }
+    return loom::OkStatus();
+  });
+  return length;
+}
+
+LOOM_EXPORT int loom_reset_peak_stats(int device) {
+  return Guarded([&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a, Runtime::Get().AllocatorFor(device));
+    a->ResetPeakStats();
+    return loom::OkStatus();
+  });
+}
+
+LOOM_EXPORT int loom_check_invariants(int device) {
+  return Guarded([&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a, Runtime::Get().AllocatorFor(device));
+    a->CheckInvariants();
+    return loom::OkStatus();
+  });
+}
+
+LOOM_EXPORT int loom_shutdown(void) {
+  return Guarded([&] { return Runtime::Get().Shutdown(); });
+}
+
+LOOM_EXPORT const char* loom_last_error(void) { return loom::plugin::LastError(); }
+
+LOOM_EXPORT const char* loom_version(void) { return "0.1.0"; }
+
+}  // extern "C"

@@ -1,0 +1,211 @@
+#include "torch_plugin/runtime.h"
+
+#include <charconv>
+#include <cstdlib>
+
+#include "vmm/driver_factory.h"
+
+namespace loom::plugin {
+namespace {
+
+thread_local std::string last_error;
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// Byte counts: plain integers or with a binary suffix (K, M, G, T, KiB...).
+StatusOr<uint64_t> ParseBytes(std::string_view key, std::string_view value) {
+  uint64_t number = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+  if (ec != std::errc()) {
+    return InvalidArgumentError("setting {}: '{}' is not a byte count", key, value);
+  }
+  std::string_view suffix = value.substr(ptr - value.data());
+  int shift = 0;
+  if (suffix.empty() || suffix == "B") {
+    shift = 0;
+  } else if (suffix == "K" || suffix == "KiB") {
+    shift = 10;
+  } else if (suffix == "M" || suffix == "MiB") {
+    shift = 20;
+  } else if (suffix == "G" || suffix == "GiB") {
+    shift = 30;
+  } else if (suffix == "T" || suffix == "TiB") {
+    shift = 40;
+  } else {
+    return InvalidArgumentError("setting {}: unknown unit in '{}'", key, value);
+  }
+  if (shift > 0 && number > (~uint64_t{0} >> shift)) {
+    return OutOfRangeError("setting {}: '{}' is too large", key, value);
+  }
+  return number << shift;
+}
+
+}  // namespace
+
+Status ParseSettings(std::string_view text, Settings& settings) {
+  Settings out = settings;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find_first_of(";\n", pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view item = Trim(text.substr(pos, end - pos));
+    pos = end + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      return InvalidArgumentError("setting '{}' has no '='", item);
+    }
+    std::string_view key = Trim(item.substr(0, eq));
+    std::string_view value = Trim(item.substr(eq + 1));
+    if (key == "backend") {
+      if (value != "cuda" && value != "host" && value != "fake") {
+        return InvalidArgumentError("backend '{}' is not cuda, host or fake", value);
+      }
+      out.backend = std::string(value);
+    } else if (key == "granularity") {
+      LOOM_ASSIGN_OR_RETURN(out.granularity, ParseBytes(key, value));
+    } else if (key == "device_memory") {
+      LOOM_ASSIGN_OR_RETURN(out.device_memory, ParseBytes(key, value));
+    } else if (key == "cap") {
+      LOOM_ASSIGN_OR_RETURN(out.cap, ParseBytes(key, value));
+    } else if (key == "record") {
+      LOOM_ASSIGN_OR_RETURN(out.record, ParseBytes(key, value));
+      if (out.record > (uint64_t{1} << 32)) {
+        return OutOfRangeError("setting record: {} events is too many", out.record);
+      }
+    } else if (key == "devices") {
+      int devices = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), devices);
+      if (ec != std::errc() || ptr != value.data() + value.size() || devices < 1 ||
+          devices > 64) {
+        return InvalidArgumentError("setting devices: '{}' is not in 1..64", value);
+      }
+      out.devices = devices;
+    } else if (key == "fraction") {
+      std::string copy(value);
+      char* end_ptr = nullptr;
+      double fraction = std::strtod(copy.c_str(), &end_ptr);
+      if (copy.empty() || end_ptr != copy.c_str() + copy.size() || !(fraction >= 0) ||
+          fraction > 1) {
+        return InvalidArgumentError("setting fraction: '{}' is not in [0, 1]", value);
+      }
+      out.fraction = fraction;
+    } else if (key == "plan") {
+      out.plan = std::string(value);
+    } else {
+      return InvalidArgumentError("unknown setting '{}'", key);
+    }
+  }
+  settings = out;
+  return OkStatus();
+}
+
+Runtime& Runtime::Get() {
+  static Runtime* runtime = new Runtime();  // never destroyed: outlives tensors
+  return *runtime;
+}
+
+Status Runtime::Configure(std::string_view text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!allocators_.empty() || driver_ != nullptr) {
+    return FailedPreconditionError(
+        "loom is already serving allocations; configure it before the first one "
+        "(or shut it down first)");
+  }
+  return ParseSettings(text, settings_);
+}
+
+StatusOr<vmm::Allocator*> Runtime::AllocatorFor(int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return AllocatorForLocked(device);
+}
+
+StatusOr<vmm::Allocator*> Runtime::AllocatorForLocked(int device) {
+  if (device < 0 || device >= 1024) return InvalidArgumentError("bad device {}", device);
+  if (static_cast<size_t>(device) < allocators_.size() && allocators_[device] != nullptr) {
+    return allocators_[device].get();
+  }
+  if (driver_ == nullptr) {
+    vmm::DriverOptions options;
+    options.granularity = settings_.granularity;
+    options.device_count = settings_.devices;
+    options.capacity_per_device = settings_.device_memory;
+    LOOM_ASSIGN_OR_RETURN(driver_, vmm::OpenDriver(settings_.backend, options));
+  }
+  vmm::AllocatorOptions options;
+  options.device = device;
+  options.memory_cap_bytes = settings_.cap;
+  options.memory_fraction = settings_.fraction;
+  options.record_capacity = settings_.record;
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<vmm::Allocator> allocator,
+                        vmm::Allocator::Create(*driver_, options));
+  if (!settings_.plan.empty()) {
+    LOOM_ASSIGN_OR_RETURN(uint64_t granularity,
+                          driver_->GetGranularity(device, vmm::Granularity::kMinimum));
+    LOOM_ASSIGN_OR_RETURN(vmm::RuntimePlan plan, ReadRuntimePlan(settings_.plan, granularity));
+    LOOM_RETURN_IF_ERROR(allocator->LoadPlan(std::move(plan)));
+  }
+  if (allocators_.size() <= static_cast<size_t>(device)) allocators_.resize(device + 1);
+  allocators_[device] = std::move(allocator);
+  return allocators_[device].get();
+}
+
+std::vector<vmm::Allocator*> Runtime::Allocators() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<vmm::Allocator*> out;
+  for (auto& a : allocators_) {
+    if (a != nullptr) out.push_back(a.get());
+  }
+  return out;
+}
+
+Status Runtime::LoadPlan(int device, const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(vmm::Allocator * allocator, AllocatorFor(device));
+  uint64_t granularity;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    LOOM_ASSIGN_OR_RETURN(granularity,
+                          driver_->GetGranularity(device, vmm::Granularity::kMinimum));
+  }
+  LOOM_ASSIGN_OR_RETURN(vmm::RuntimePlan plan, ReadRuntimePlan(path, granularity));
+  return allocator->LoadPlan(std::move(plan));
+}
+
+Status Runtime::SetMemoryFraction(double fraction, int device) {
+  (void)device;
+  if (!(fraction >= 0) || fraction > 1) {
+    return InvalidArgumentError("memory fraction {} is not in [0, 1]", fraction);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!allocators_.empty()) {
+    return FailedPreconditionError(
+        "loom applies a memory fraction only before the first allocation "
+        "(set it with loom.enable(fraction=...))");
+  }
+  settings_.fraction = fraction;
+  return OkStatus();
+}
+
+Status Runtime::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& a : allocators_) {
+    if (a != nullptr && a->stats().active_bytes.current != 0) {
+      return FailedPreconditionError("cannot shut down: {} bytes still allocated",
+                                     a->stats().active_bytes.current);
+    }
+  }
+  allocators_.clear();
+  driver_.reset();
+  return OkStatus();
+}
+
+void SetLastError(const Status& status) { last_error = status.ToString(); }
+const char* LastError() { return last_error.c_str(); }
+
+}  // namespace loom::plugin

@@ -1,0 +1,70 @@
+// Runtime: the process-wide state behind libloom.so's C ABI.
+//
+// Holds the settings, the one Driver of the process and one Allocator per
+// device (created on the device's first use). Parses settings strings,
+// converts failures into status codes plus a per-thread message, and turns
+// plan files into the allocator's RuntimePlan. Thread-safe.
+#ifndef LOOM_TORCH_PLUGIN_RUNTIME_H_
+#define LOOM_TORCH_PLUGIN_RUNTIME_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "plan/base/status.h"
+#include "vmm/allocator.h"
+#include "vmm/driver.h"
+
+namespace loom::plugin {
+
+struct Settings {
+  std::string backend = "cuda";
+  uint64_t granularity = uint64_t{2} << 20;
+  uint64_t device_memory = uint64_t{80} << 30;
+  int devices = 1;
+  uint64_t cap = 0;
+  double fraction = 0;
+  uint64_t record = 0;
+  std::string plan;
+};
+
+// Parses "key=value;key=value" into `settings` (starting from its values).
+Status ParseSettings(std::string_view text, Settings& settings);
+
+class Runtime {
+ public:
+  static Runtime& Get();
+
+  Status Configure(std::string_view text);
+  // The allocator of `device`, created on first use.
+  StatusOr<vmm::Allocator*> AllocatorFor(int device);
+  // Every allocator created so far.
+  std::vector<vmm::Allocator*> Allocators();
+  Status LoadPlan(int device, const std::string& path);
+  Status WriteTrace(int device, const std::string& path);
+  Status SetMemoryFraction(double fraction, int device);
+  Status Shutdown();
+
+ private:
+  Runtime() = default;
+  StatusOr<vmm::Allocator*> AllocatorForLocked(int device);
+
+  std::mutex mu_;
+  Settings settings_;
+  std::unique_ptr<vmm::Driver> driver_;
+  std::vector<std::unique_ptr<vmm::Allocator>> allocators_;  // by device
+};
+
+// Reads a plan file into the allocator's form.
+StatusOr<vmm::RuntimePlan> ReadRuntimePlan(const std::string& path,
+                                           uint64_t granularity);
+
+// The calling thread's last error message.
+void SetLastError(const Status& status);
+const char* LastError();
+
+}  // namespace loom::plugin
+
+#endif  // LOOM_TORCH_PLUGIN_RUNTIME_H_

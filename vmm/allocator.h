@@ -1,0 +1,180 @@
+// Allocator: loom's run-time allocator for one device.
+//
+// Serves every request PyTorch makes. With a plan loaded (LoadPlan), a
+// request the Matcher routes to a plan entry gets its planned range in the
+// StaticRegion, if that range is free right now (the safety check); anything
+// else (no plan, a miss, an unplanned request, a request inside a dynamic
+// module) goes to the Arena, which maps idle physical pages into reusable
+// virtual slots. Without a plan (record mode) everything is served by the
+// arena, and every call can be recorded as a loom trace.
+//
+// Invariant, checked by CheckInvariants and by every randomized test: no
+// physical byte belongs to two live allocations (a page serves static and
+// arena allocations never at the same time; within each, live ranges never
+// overlap).
+//
+// Streams: an allocation freed on stream A is reused by another stream only
+// once an event recorded on A has completed; RecordStream(ptr, s) makes the
+// free wait for s too (the memory stays active until s's event completes).
+//
+// Thread safety: all methods may be called from any thread; one mutex guards
+// the state. It is held across driver calls on the slow paths (creating a
+// page, mapping an arena granule, building the static region), like PyTorch's
+// caching allocator holds its lock across cudaMalloc: those calls happen
+// during warm-up and on plan misses only (a repeating workload makes none in
+// steady state), and holding the lock keeps a page from being handed to two
+// requests between its creation and its mapping.
+#ifndef LOOM_VMM_ALLOCATOR_H_
+#define LOOM_VMM_ALLOCATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "plan/trace.h"
+#include "vmm/allocator_stats.h"
+#include "vmm/arena.h"
+#include "vmm/driver.h"
+#include "vmm/matcher.h"
+#include "vmm/page_pool.h"
+#include "vmm/runtime_plan.h"
+#include "vmm/static_region.h"
+
+namespace loom::vmm {
+
+struct AllocatorOptions {
+  int device = 0;
+  // Physical memory cap in bytes (0 = none) or as a fraction of the device's
+  // total memory (0 = none); the smaller applies.
+  uint64_t memory_cap_bytes = 0;
+  double memory_fraction = 0;
+  // Virtual size of the arena; 0 = twice the device's total memory.
+  uint64_t arena_va_bytes = 0;
+  // Record every request and marker as a trace, in a buffer preallocated for
+  // this many events (0 = do not record).
+  size_t record_capacity = 0;
+};
+
+// One piece of physical memory behind a live allocation.
+struct PhysicalExtent {
+  PageId page;
+  uint32_t lo;  // byte range within the page
+  uint32_t hi;
+};
+
+class Allocator : public Arena::PagePolicy {
+ public:
+  static StatusOr<std::unique_ptr<Allocator>> Create(Driver& driver,
+                                                     AllocatorOptions options);
+  // Releases everything. REQUIRES: no live allocation (live ones are leaked
+  // to the driver's bookkeeping and reported).
+  ~Allocator() override;
+
+  // Installs a plan: builds the static region (from idle pages first). Live
+  // allocations stay valid where they are. FAILED_PRECONDITION if a plan is
+  // already installed; INVALID_ARGUMENT for an inconsistent plan.
+  Status LoadPlan(RuntimePlan plan);
+  bool has_plan() const;
+
+  // Serves `size` bytes on `stream`. OUT_OF_MEMORY (nothing leaked) when the
+  // cap or the device is exhausted even after releasing cached memory.
+  StatusOr<DevicePtr> Allocate(uint64_t size, Stream stream);
+  // INVALID_ARGUMENT if `ptr` is not a live allocation of this allocator.
+  Status Free(DevicePtr ptr);
+  // The memory at `ptr` is also used by `stream`: its free waits for it.
+  Status RecordStream(DevicePtr ptr, Stream stream);
+
+  // Markers (also recorded in record mode).
+  void IterationBegin(uint64_t number);
+  void IterationEnd(uint64_t number);
+  void Phase(std::string_view name);
+  void ModuleEnter(std::string_view name, bool dynamic);
+  void ModuleExit(std::string_view name);
+
+  // Unmaps idle arena granules and releases pages no one needs.
+  Status EmptyCache();
+
+  AllocatorStats stats() const;
+  void ResetPeakStats();
+
+  // The recorded trace so far (record mode), and forgets it.
+  plan::Trace TakeTrace();
+
+  // Where the bytes of a live allocation are, physically (tests, replay).
+  std::vector<PhysicalExtent> PhysicalExtents(DevicePtr ptr) const;
+  // Aborts if any invariant is broken, including two live allocations
+  // sharing a physical byte.
+  void CheckInvariants() const;
+
+  // Arena::PagePolicy (called with mu_ held).
+  bool Usable(PageId page, Stream stream) override;
+  StatusOr<PageId> Acquire(Stream stream, int64_t until) override;
+
+ private:
+  enum class Where : uint8_t { kStatic, kArena };
+  struct Allocation {
+    uint64_t size = 0;
+    Stream stream = 0;
+    Where where = Where::kArena;
+    uint64_t request_id = 0;
+  };
+  struct PendingFree {
+    DevicePtr ptr;
+    Allocation allocation;
+    std::vector<Event> events;
+  };
+
+  Allocator(Driver& driver, AllocatorOptions options, uint64_t granularity,
+            uint64_t cap_bytes);
+  Status Init(uint64_t arena_va_bytes);
+
+  StatusOr<DevicePtr> AllocateLocked(uint64_t size, Stream stream);
+  StatusOr<DevicePtr> TryStatic(const PlannedRequest& entry, uint64_t size,
+                                Stream stream);
+  StatusOr<DevicePtr> AllocateInArena(uint64_t size, Stream stream,
+                                      int64_t until);
+  void FinishFree(DevicePtr ptr, const Allocation& allocation);
+  void ProcessPendingFrees();
+  Status EmptyCacheLocked();
+  // True once the work `stream` had queued when the page was last freed is
+  // done (always true for the same stream).
+  bool StreamSafe(Page& page, Stream stream);
+  StatusOr<Event> TakeEvent();
+  void ReturnEvent(Event event);
+  void Record(const plan::Event& event);
+  void UpdateReserved();
+  std::vector<PhysicalExtent> ExtentsLocked(DevicePtr ptr,
+                                            const Allocation& a) const;
+
+  Driver& driver_;
+  const AllocatorOptions options_;
+  const uint64_t granularity_;
+
+  mutable std::mutex mu_;
+  PagePool pool_;
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<RuntimePlan> plan_;
+  std::unique_ptr<StaticRegion> region_;
+  std::unique_ptr<Matcher> matcher_;
+  std::unordered_map<DevicePtr, Allocation> live_;
+  std::unordered_map<DevicePtr, std::vector<Stream>> extra_streams_;
+  std::vector<PendingFree> pending_;
+  std::vector<Event> idle_events_;
+  std::vector<std::pair<Stream, bool>> stream_checks_;  // per call
+  std::vector<std::string> dynamic_modules_;            // open dynamic modules
+  const DynamicWindow* window_ = nullptr;               // of the innermost one
+  uint64_t next_request_id_ = 1;
+  uint64_t iteration_hits_ = 0;
+  uint64_t iteration_misses_ = 0;
+  AllocatorStats stats_;
+  bool recording_ = false;
+  plan::Trace trace_;
+};
+
+}  // namespace loom::vmm
+
+#endif  // LOOM_VMM_ALLOCATOR_H_

@@ -1,0 +1,57 @@
+#include "vmm/allocator_stats.h"
+
+#include "plan/base/json.h"
+
+namespace loom::vmm {
+namespace {
+
+// PyTorch splits stats by pool (small/large); loom has one pool: "all".
+void WriteStat(JsonWriter& w, std::string_view name, const Stat& stat) {
+  std::string prefix = fmt::format("{}.all.", name);
+  w.Key(prefix + "current").Uint(stat.current);
+  w.Key(prefix + "peak").Uint(stat.peak);
+  w.Key(prefix + "allocated").Uint(stat.allocated);
+  w.Key(prefix + "freed").Uint(stat.freed);
+}
+
+}  // namespace
+
+std::string AllocatorStats::ToJson() const {
+  JsonWriter w;
+  w.BeginObject();
+  WriteStat(w, "allocated_bytes", allocated_bytes);
+  WriteStat(w, "requested_bytes", allocated_bytes);
+  WriteStat(w, "active_bytes", active_bytes);
+  WriteStat(w, "reserved_bytes", reserved_bytes);
+  WriteStat(w, "allocation", allocation);
+  WriteStat(w, "segment", segment);
+  w.Key("num_alloc_retries").Uint(num_alloc_retries);
+  w.Key("num_ooms").Uint(num_ooms);
+  w.Key("num_device_alloc").Uint(num_device_alloc);
+  w.Key("num_device_free").Uint(num_device_free);
+  WriteStat(w, "loom.static_bytes", static_bytes);
+  WriteStat(w, "loom.dynamic_bytes", dynamic_bytes);
+  w.Key("loom.plan_hits").Uint(plan_hits);
+  w.Key("loom.plan_misses").Uint(plan_misses);
+  w.Key("loom.unplanned").Uint(unplanned);
+  w.Key("loom.dynamic_requests").Uint(dynamic_requests);
+  w.Key("loom.iterations").Uint(iterations);
+  w.Key("loom.last_iteration_hit_rate").Double(last_iteration_hit_rate);
+  w.Key("loom.static_region_bytes").Uint(static_region_bytes);
+  w.Key("loom.arena_mapped_bytes").Uint(arena_mapped_bytes);
+  w.Key("loom.arena_maps").Uint(arena_maps);
+  w.Key("loom.trace_events").Uint(trace_events);
+  w.Key("loom.trace_truncated").Bool(trace_truncated);
+  uint64_t total = 0;
+  for (size_t i = 0; i < kDriverOpCount; ++i) {
+    w.Key(fmt::format("loom.driver_calls.{}",
+                      DriverOpName(static_cast<DriverOp>(i))))
+        .Uint(driver_calls[i]);
+    total += driver_calls[i];
+  }
+  w.Key("loom.driver_calls.total").Uint(total);
+  w.EndObject();
+  return w.str();
+}
+
+}  // namespace loom::vmm

@@ -1,0 +1,71 @@
+// AllocatorStats: the allocator's counters, in torch.cuda.memory_stats() terms.
+//
+// Where the meaning matches, keys are PyTorch's: "allocated_bytes.all.peak",
+// "reserved_bytes.all.current", "num_ooms", ... (reserved = physical memory
+// held: the pages loom created and has not released, not address space).
+// loom's own figures are under "loom.": plan hits and misses, the hit rate of
+// the last complete iteration, static and dynamic bytes, driver calls by
+// kind.
+#ifndef LOOM_VMM_ALLOCATOR_STATS_H_
+#define LOOM_VMM_ALLOCATOR_STATS_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "vmm/driver.h"
+
+namespace loom::vmm {
+
+// One torch-style statistic: current, peak, and the running totals.
+struct Stat {
+  uint64_t current = 0;
+  uint64_t peak = 0;
+  uint64_t allocated = 0;  // total ever added
+  uint64_t freed = 0;      // total ever removed
+
+  void Increase(uint64_t n) {
+    current += n;
+    allocated += n;
+    if (current > peak) peak = current;
+  }
+  void Decrease(uint64_t n) {
+    current -= n;
+    freed += n;
+  }
+  void ResetPeak() { peak = current; }
+};
+
+struct AllocatorStats {
+  Stat allocated_bytes;  // live requested bytes
+  Stat active_bytes;     // allocated + freed but awaiting other streams
+  Stat reserved_bytes;   // physical pages held
+  Stat allocation;       // live allocation count
+  Stat segment;          // physical pages held (count)
+  Stat static_bytes;     // live bytes served from the plan
+  Stat dynamic_bytes;    // live bytes served from the arena
+  uint64_t num_alloc_retries = 0;
+  uint64_t num_ooms = 0;
+  uint64_t num_device_alloc = 0;  // pages created
+  uint64_t num_device_free = 0;   // pages released
+
+  uint64_t plan_hits = 0;         // requests served at their planned offset
+  uint64_t plan_misses = 0;       // planned requests served elsewhere
+  uint64_t unplanned = 0;         // requests the plan does not place
+  uint64_t dynamic_requests = 0;  // requests inside dynamic modules
+  uint64_t iterations = 0;        // iteration-begin markers seen
+  double last_iteration_hit_rate = -1;  // -1 until an iteration completes
+  uint64_t static_region_bytes = 0;
+  uint64_t arena_mapped_bytes = 0;
+  uint64_t arena_maps = 0;       // granules mapped into the arena
+  uint64_t trace_events = 0;     // events recorded (record mode)
+  bool trace_truncated = false;  // the record buffer filled up
+  std::array<uint64_t, kDriverOpCount> driver_calls{};
+
+  // Flat JSON object with torch-style keys.
+  std::string ToJson() const;
+};
+
+}  // namespace loom::vmm
+
+#endif  // LOOM_VMM_ALLOCATOR_STATS_H_

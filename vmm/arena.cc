@@ -1,0 +1,276 @@
+#include "vmm/arena.h"
+
+#include <algorithm>
+
+namespace loom::vmm {
+namespace {
+
+// How many free blocks Allocate examines in best-fit order before it settles
+// for a place that needs new mappings.
+constexpr int kMaxBlocksExamined = 64;
+
+uint64_t RoundUp(uint64_t value, uint64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace
+
+Arena::Arena(Driver& driver, PagePool& pool, int device, DevicePtr base,
+             uint64_t va_bytes)
+    : driver_(driver),
+      pool_(pool),
+      device_(device),
+      base_(base),
+      va_bytes_(va_bytes),
+      granularity_(pool.granularity()),
+      granule_page_(va_bytes / pool.granularity(), kNoPage) {
+  InsertFree(0, va_bytes_);
+}
+
+StatusOr<std::unique_ptr<Arena>> Arena::Create(Driver& driver, PagePool& pool,
+                                               int device, uint64_t va_bytes) {
+  if (va_bytes == 0 || va_bytes % pool.granularity() != 0) {
+    return InvalidArgumentError(
+        "arena size {} is not a positive multiple of {}", va_bytes,
+        pool.granularity());
+  }
+  LOOM_ASSIGN_OR_RETURN(DevicePtr base, driver.Reserve(va_bytes));
+  return std::unique_ptr<Arena>(
+      new Arena(driver, pool, device, base, va_bytes));
+}
+
+Arena::~Arena() {
+  LOOM_CHECK(live_bytes_ == 0, "arena destroyed with {} bytes live",
+             live_bytes_);
+  StatusOr<std::vector<PageId>> unmapped = UnmapIdle();
+  if (!unmapped.ok()) {
+    fmt::print(stderr, "loom: unmapping the arena failed: {}\n",
+               unmapped.status().ToString());
+  }
+  Status status = driver_.Unreserve(base_, va_bytes_);
+  if (!status.ok()) {
+    fmt::print(stderr, "loom: freeing the arena failed: {}\n",
+               status.ToString());
+  }
+}
+
+void Arena::InsertFree(uint64_t offset, uint64_t size) {
+  free_by_offset_[offset] = size;
+  free_by_size_.emplace(size, offset);
+}
+
+void Arena::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
+  free_by_size_.erase({it->second, it->first});
+  free_by_offset_.erase(it);
+}
+
+Arena::Candidate Arena::Examine(uint64_t block, uint64_t bsize, uint64_t size,
+                                Stream stream, PagePolicy& policy) const {
+  Candidate c;
+  uint64_t position = block;
+  while (position + size <= block + bsize) {
+    uint64_t first = position / granularity_;
+    uint64_t last = (position + size - 1) / granularity_;
+    uint64_t unmapped = 0;
+    uint64_t blocked = ~uint64_t{0};
+    for (uint64_t k = first; k <= last; ++k) {
+      PageId page = granule_page_[k];
+      if (page == kNoPage) {
+        ++unmapped;
+      } else if (!policy.Usable(page, stream)) {
+        blocked = k;
+        break;
+      }
+    }
+    if (blocked == ~uint64_t{0}) {
+      c.block = block;
+      c.position = position;
+      c.unmapped = unmapped;
+      c.found = true;
+      return c;
+    }
+    position = (blocked + 1) * granularity_;  // skip past the busy granule
+  }
+  return c;
+}
+
+Status Arena::MapGranule(uint64_t granule, PageId id) {
+  Page& page = pool_.page(id);
+  LOOM_CHECK(page.live && page.arena_granule == kNoGranule);
+  DevicePtr at = base_ + granule * granularity_;
+  LOOM_RETURN_IF_ERROR(driver_.Map(at, granularity_, page.handle));
+  Status access = driver_.SetAccess(at, granularity_, device_);
+  if (!access.ok()) {
+    Status undo = driver_.Unmap(at, granularity_);
+    if (!undo.ok()) {
+      fmt::print(stderr, "loom: undoing a mapping failed: {}\n",
+                 undo.ToString());
+    }
+    return access;
+  }
+  page.arena_granule = static_cast<uint32_t>(granule);
+  granule_page_[granule] = id;
+  ++mapped_granules_;
+  ++maps_;
+  return OkStatus();
+}
+
+void Arena::TakeFromBlock(uint64_t block, uint64_t position, uint64_t size) {
+  auto it = free_by_offset_.find(block);
+  LOOM_CHECK(it != free_by_offset_.end());
+  uint64_t bsize = it->second;
+  LOOM_CHECK(position >= block && position + size <= block + bsize);
+  EraseFree(it);
+  if (position > block) InsertFree(block, position - block);
+  if (position + size < block + bsize) {
+    InsertFree(position + size, block + bsize - position - size);
+  }
+}
+
+StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
+                                    PagePolicy& policy) {
+  if (size == 0) return InvalidArgumentError("arena: size 0");
+  size = RoundUp(size, kArenaAlignment);
+  if (size > va_bytes_) {
+    return OutOfMemoryError("request of {} bytes exceeds the arena ({} bytes)",
+                            size, va_bytes_);
+  }
+  Candidate best;
+  int examined = 0;
+  for (auto it = free_by_size_.lower_bound({size, 0});
+       it != free_by_size_.end() && examined < kMaxBlocksExamined;
+       ++it, ++examined) {
+    Candidate c = Examine(it->second, it->first, size, stream, policy);
+    if (!c.found) continue;
+    if (c.unmapped == 0) {
+      best = c;
+      break;
+    }
+    if (!best.found || c.unmapped < best.unmapped) best = c;
+  }
+  if (!best.found || best.unmapped > 0) {
+    // The last free block (the untouched end of the arena) always fits.
+    if (!free_by_offset_.empty()) {
+      auto last = std::prev(free_by_offset_.end());
+      Candidate c = Examine(last->first, last->second, size, stream, policy);
+      if (c.found && (!best.found || c.unmapped < best.unmapped)) best = c;
+    }
+  }
+  if (!best.found) {
+    return OutOfMemoryError("arena: no place for {} bytes", size);
+  }
+  uint64_t first = best.position / granularity_;
+  uint64_t last = (best.position + size - 1) / granularity_;
+  for (uint64_t k = first; k <= last; ++k) {
+    if (granule_page_[k] != kNoPage) continue;
+    LOOM_ASSIGN_OR_RETURN(PageId page, policy.Acquire(stream, until));
+    LOOM_RETURN_IF_ERROR(MapGranule(k, page));
+  }
+  TakeFromBlock(best.block, best.position, size);
+  for (uint64_t k = first; k <= last; ++k)
+    ++pool_.page(granule_page_[k]).arena_users;
+  live_bytes_ += size;
+  return base_ + best.position;
+}
+
+void Arena::Free(DevicePtr ptr, uint64_t size, Stream stream) {
+  size = RoundUp(size, kArenaAlignment);
+  uint64_t offset = ptr - base_;
+  LOOM_CHECK(Contains(ptr) && offset + size <= va_bytes_);
+  uint64_t first = offset / granularity_;
+  uint64_t last = (offset + size - 1) / granularity_;
+  for (uint64_t k = first; k <= last; ++k) {
+    Page& page = pool_.page(granule_page_[k]);
+    LOOM_CHECK(page.arena_users > 0);
+    --page.arena_users;
+    page.last_stream = stream;
+    page.stream_dirty = true;
+  }
+  live_bytes_ -= size;
+  // Coalesce with free neighbours.
+  uint64_t start = offset;
+  uint64_t length = size;
+  auto next = free_by_offset_.lower_bound(offset);
+  if (next != free_by_offset_.end()) {
+    LOOM_CHECK(next->first >= offset + size,
+               "arena free of a range overlapping a free block");
+    if (next->first == offset + size) {
+      length += next->second;
+      EraseFree(next);
+    }
+  }
+  auto after = free_by_offset_.lower_bound(offset);
+  if (after != free_by_offset_.begin()) {
+    auto prev = std::prev(after);
+    LOOM_CHECK(prev->first + prev->second <= offset,
+               "arena free of a range overlapping a free block");
+    if (prev->first + prev->second == offset) {
+      start = prev->first;
+      length += prev->second;
+      EraseFree(prev);
+    }
+  }
+  InsertFree(start, length);
+}
+
+StatusOr<std::vector<PageId>> Arena::UnmapIdle() {
+  std::vector<PageId> unmapped;
+  uint64_t k = 0;
+  const uint64_t n = granule_page_.size();
+  while (k < n) {
+    if (granule_page_[k] == kNoPage ||
+        pool_.page(granule_page_[k]).arena_users != 0) {
+      ++k;
+      continue;
+    }
+    // A run of idle mapped granules goes in one call.
+    uint64_t run_end = k;
+    while (run_end < n && granule_page_[run_end] != kNoPage &&
+           pool_.page(granule_page_[run_end]).arena_users == 0) {
+      ++run_end;
+    }
+    LOOM_RETURN_IF_ERROR(
+        driver_.Unmap(base_ + k * granularity_, (run_end - k) * granularity_));
+    ++unmaps_;
+    for (; k < run_end; ++k) {
+      Page& page = pool_.page(granule_page_[k]);
+      page.arena_granule = kNoGranule;
+      unmapped.push_back(granule_page_[k]);
+      granule_page_[k] = kNoPage;
+      --mapped_granules_;
+    }
+  }
+  return unmapped;
+}
+
+void Arena::CheckInvariants() const {
+  uint64_t free_bytes = 0;
+  uint64_t previous_end = 0;
+  bool first = true;
+  for (const auto& [offset, size] : free_by_offset_) {
+    LOOM_CHECK(size > 0 && offset + size <= va_bytes_);
+    LOOM_CHECK(first || offset > previous_end,
+               "arena free blocks touch or overlap at {}", offset);
+    LOOM_CHECK(free_by_size_.contains({size, offset}));
+    previous_end = offset + size;
+    first = false;
+    free_bytes += size;
+  }
+  LOOM_CHECK_EQ(free_by_size_.size(), free_by_offset_.size());
+  LOOM_CHECK_EQ(free_bytes + live_bytes_, va_bytes_);
+  uint64_t mapped = 0;
+  for (uint64_t k = 0; k < granule_page_.size(); ++k) {
+    PageId id = granule_page_[k];
+    if (id == kNoPage) continue;
+    ++mapped;
+    const Page& page = pool_.page(id);
+    LOOM_CHECK(page.live && page.arena_granule == k,
+               "arena granule {} page mismatch", k);
+    LOOM_CHECK(page.static_users == 0 || page.arena_users == 0,
+               "page of arena granule {} serves static and arena allocations",
+               k);
+  }
+  LOOM_CHECK_EQ(mapped, mapped_granules_);
+}
+
+}  // namespace loom::vmm

@@ -1,0 +1,118 @@
+// Arena: the dynamic reusable space, for everything the plan did not foresee.
+//
+// One large virtual reservation, carved at 512-byte granularity by a best-fit
+// allocator with coalescing free blocks. Its granules are mapped on demand to
+// pages chosen by the allocator (PagePolicy): free pool pages, or static
+// pages that are idle now (lent; the same physical page then has two
+// mappings). Mappings are kept when allocations are freed, so a workload that
+// repeats finds its granules already mapped and makes no driver call.
+//
+// An allocation is placed only where every granule it touches is either
+// unmapped (a page is then acquired and mapped) or mapped to a page the
+// policy says is usable now by the request's stream (not serving live static
+// allocations, no unfinished work of another stream). Candidates are tried in
+// best-fit order, preferring places that need no new mapping.
+//
+// Invariants: free blocks never overlap or touch (they coalesce); live
+// allocations never overlap; a page is mapped in at most one arena granule;
+// a page's arena_users equals the live arena allocations touching it.
+// Not thread-safe: the allocator serialises access.
+#ifndef LOOM_VMM_ARENA_H_
+#define LOOM_VMM_ARENA_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "vmm/driver.h"
+#include "vmm/page_pool.h"
+
+namespace loom::vmm {
+
+inline constexpr uint64_t kArenaAlignment = 512;
+
+class Arena {
+ public:
+  // What the allocator decides about pages.
+  class PagePolicy {
+   public:
+    virtual ~PagePolicy() = default;
+    // True if `page`, already mapped in the arena, may serve a new arena
+    // allocation on `stream` now.
+    virtual bool Usable(PageId page, Stream stream) = 0;
+    // A live page mapped nowhere in the arena and usable now by `stream`
+    // (growing the pool if needed); `until` is the iteration time the request
+    // is expected to end (or -1 if unknown). OUT_OF_MEMORY if none.
+    virtual StatusOr<PageId> Acquire(Stream stream, int64_t until) = 0;
+  };
+
+  // REQUIRES: va_bytes a positive multiple of the pool's granularity.
+  static StatusOr<std::unique_ptr<Arena>> Create(Driver& driver, PagePool& pool,
+                                                 int device, uint64_t va_bytes);
+  // Unmaps every granule and frees the reservation. REQUIRES: nothing live.
+  ~Arena();
+
+  // Places `size` bytes (rounded up to 512). On success, every page touched
+  // has arena_users incremented. On failure nothing is allocated (granules
+  // mapped on the way stay mapped and idle).
+  StatusOr<DevicePtr> Allocate(uint64_t size, Stream stream, int64_t until,
+                               PagePolicy& policy);
+  // REQUIRES: (ptr, size) is a live allocation made by Allocate(size, ...).
+  // Marks the pages touched as last used by `stream`.
+  void Free(DevicePtr ptr, uint64_t size, Stream stream);
+
+  // Unmaps every mapped granule that serves no live allocation; returns the
+  // pages unmapped (their arena_granule is cleared).
+  StatusOr<std::vector<PageId>> UnmapIdle();
+
+  bool Contains(DevicePtr ptr) const {
+    return ptr >= base_ && ptr < base_ + va_bytes_;
+  }
+  // The page behind a granule-aligned arena address. REQUIRES: Contains.
+  PageId PageAt(DevicePtr ptr) const {
+    return granule_page_[(ptr - base_) / granularity_];
+  }
+  uint64_t live_bytes() const { return live_bytes_; }
+  uint64_t mapped_granules() const { return mapped_granules_; }
+  uint64_t maps() const { return maps_; }
+  uint64_t unmaps() const { return unmaps_; }
+
+  void CheckInvariants() const;
+
+ private:
+  Arena(Driver& driver, PagePool& pool, int device, DevicePtr base,
+        uint64_t va_bytes);
+  struct Candidate {
+    uint64_t block = 0;     // offset of the free block
+    uint64_t position = 0;  // offset of the allocation
+    uint64_t unmapped = 0;  // granules that need a page
+    bool found = false;
+  };
+  // Looks for a place for `size` bytes inside the free block [block, +bsize).
+  Candidate Examine(uint64_t block, uint64_t bsize, uint64_t size,
+                    Stream stream, PagePolicy& policy) const;
+  Status MapGranule(uint64_t granule, PageId page);
+  void TakeFromBlock(uint64_t block, uint64_t position, uint64_t size);
+  void InsertFree(uint64_t offset, uint64_t size);
+  void EraseFree(std::map<uint64_t, uint64_t>::iterator it);
+
+  Driver& driver_;
+  PagePool& pool_;
+  const int device_;
+  const DevicePtr base_;
+  const uint64_t va_bytes_;
+  const uint64_t granularity_;
+  std::vector<PageId> granule_page_;                      // kNoPage = unmapped
+  std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
+  std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset)
+  uint64_t live_bytes_ = 0;
+  uint64_t mapped_granules_ = 0;
+  uint64_t maps_ = 0;
+  uint64_t unmaps_ = 0;
+};
+
+}  // namespace loom::vmm
+
+#endif  // LOOM_VMM_ARENA_H_

@@ -1,0 +1,269 @@
+#include "vmm/driver.h"
+
+namespace loom::vmm {
+
+std::string_view DriverOpName(DriverOp op) {
+  switch (op) {
+    case DriverOp::kCreate:
+      return "create";
+    case DriverOp::kRelease:
+      return "release";
+    case DriverOp::kReserve:
+      return "reserve";
+    case DriverOp::kUnreserve:
+      return "unreserve";
+    case DriverOp::kMap:
+      return "map";
+    case DriverOp::kUnmap:
+      return "unmap";
+    case DriverOp::kSetAccess:
+      return "set_access";
+    case DriverOp::kCreateStream:
+      return "create_stream";
+    case DriverOp::kDestroyStream:
+      return "destroy_stream";
+    case DriverOp::kSynchronizeStream:
+      return "synchronize_stream";
+    case DriverOp::kCreateEvent:
+      return "create_event";
+    case DriverOp::kDestroyEvent:
+      return "destroy_event";
+    case DriverOp::kRecordEvent:
+      return "record_event";
+    case DriverOp::kQueryEvent:
+      return "query_event";
+    case DriverOp::kSynchronizeEvent:
+      return "synchronize_event";
+    case DriverOp::kCopyToDevice:
+      return "copy_to_device";
+    case DriverOp::kCopyToHost:
+      return "copy_to_host";
+    case DriverOp::kMemset:
+      return "memset";
+    case DriverOp::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+StatusOr<int> Driver::DeviceCount() { return DoDeviceCount(); }
+
+StatusOr<DeviceProperties> Driver::Properties(int device) {
+  LOOM_ASSIGN_OR_RETURN(int count, DoDeviceCount());
+  if (device < 0 || device >= count) {
+    return InvalidArgumentError("device {} does not exist ({} devices)", device,
+                                count);
+  }
+  return DoProperties(device);
+}
+
+StatusOr<uint64_t> Driver::GetGranularity(int device, Granularity kind) {
+  LOOM_ASSIGN_OR_RETURN(int count, DoDeviceCount());
+  if (device < 0 || device >= count) {
+    return InvalidArgumentError("device {} does not exist ({} devices)", device,
+                                count);
+  }
+  return DoGranularity(device, kind);
+}
+
+StatusOr<uint64_t> Driver::MinimumGranularityLocked(int device) {
+  if (device < 0) return InvalidArgumentError("negative device {}", device);
+  if (static_cast<size_t>(device) < granularity_.size() &&
+      granularity_[device] != 0) {
+    return granularity_[device];
+  }
+  LOOM_ASSIGN_OR_RETURN(int count, DoDeviceCount());
+  if (device >= count) {
+    return InvalidArgumentError("device {} does not exist ({} devices)", device,
+                                count);
+  }
+  LOOM_ASSIGN_OR_RETURN(uint64_t granularity,
+                        DoGranularity(device, Granularity::kMinimum));
+  if (granularity == 0) {
+    return InternalError("device {} reports granularity 0", device);
+  }
+  if (granularity_.size() <= static_cast<size_t>(device)) {
+    granularity_.resize(device + 1, 0);
+  }
+  granularity_[device] = granularity;
+  return granularity;
+}
+
+StatusOr<PhysicalHandle> Driver::Create(int device, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_ASSIGN_OR_RETURN(uint64_t granularity, MinimumGranularityLocked(device));
+  LOOM_RETURN_IF_ERROR(contract_.CheckCreate(device, size, granularity));
+  Count(DriverOp::kCreate);
+  LOOM_ASSIGN_OR_RETURN(uint64_t handle, DoCreate(device, size));
+  contract_.OnCreate(handle, device, size);
+  return PhysicalHandle{handle};
+}
+
+Status Driver::Release(PhysicalHandle handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_RETURN_IF_ERROR(contract_.CheckRelease(handle.value));
+  Count(DriverOp::kRelease);
+  LOOM_RETURN_IF_ERROR(DoRelease(handle.value));
+  contract_.OnRelease(handle.value);
+  return OkStatus();
+}
+
+StatusOr<DevicePtr> Driver::Reserve(uint64_t size, uint64_t alignment) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Address space is shared by all devices; device 0's granularity rules it.
+  LOOM_ASSIGN_OR_RETURN(uint64_t granularity, MinimumGranularityLocked(0));
+  LOOM_RETURN_IF_ERROR(contract_.CheckReserve(size, alignment, granularity));
+  Count(DriverOp::kReserve);
+  LOOM_ASSIGN_OR_RETURN(
+      DevicePtr ptr, DoReserve(size, alignment == 0 ? granularity : alignment));
+  contract_.OnReserve(ptr, size);
+  return ptr;
+}
+
+Status Driver::Unreserve(DevicePtr ptr, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_RETURN_IF_ERROR(contract_.CheckUnreserve(ptr, size));
+  Count(DriverOp::kUnreserve);
+  LOOM_RETURN_IF_ERROR(DoUnreserve(ptr, size));
+  contract_.OnUnreserve(ptr);
+  return OkStatus();
+}
+
+Status Driver::Map(DevicePtr ptr, uint64_t size, PhysicalHandle handle,
+                   uint64_t offset) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_ASSIGN_OR_RETURN(uint64_t granularity, MinimumGranularityLocked(0));
+  LOOM_RETURN_IF_ERROR(
+      contract_.CheckMap(ptr, size, handle.value, offset, granularity));
+  Count(DriverOp::kMap);
+  LOOM_RETURN_IF_ERROR(DoMap(ptr, size, handle.value, offset));
+  contract_.OnMap(ptr, size, handle.value, offset);
+  return OkStatus();
+}
+
+Status Driver::Unmap(DevicePtr ptr, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_RETURN_IF_ERROR(contract_.CheckWholeMappings(ptr, size, "unmap"));
+  Count(DriverOp::kUnmap);
+  LOOM_RETURN_IF_ERROR(DoUnmap(ptr, size));
+  contract_.OnUnmap(ptr, size);
+  return OkStatus();
+}
+
+Status Driver::SetAccess(DevicePtr ptr, uint64_t size, int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_RETURN_IF_ERROR(MinimumGranularityLocked(device).status());
+  LOOM_RETURN_IF_ERROR(contract_.CheckWholeMappings(ptr, size, "set_access"));
+  Count(DriverOp::kSetAccess);
+  LOOM_RETURN_IF_ERROR(DoSetAccess(ptr, size, device));
+  contract_.OnSetAccess(ptr, size);
+  return OkStatus();
+}
+
+StatusOr<Stream> Driver::CreateStream(int device) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    LOOM_RETURN_IF_ERROR(MinimumGranularityLocked(device).status());
+  }
+  Count(DriverOp::kCreateStream);
+  return DoCreateStream(device);
+}
+
+Status Driver::DestroyStream(Stream stream) {
+  if (stream == 0)
+    return InvalidArgumentError("destroy_stream: the default stream");
+  Count(DriverOp::kDestroyStream);
+  return DoDestroyStream(stream);
+}
+
+Status Driver::SynchronizeStream(Stream stream) {
+  Count(DriverOp::kSynchronizeStream);
+  return DoSynchronizeStream(stream);
+}
+
+StatusOr<Event> Driver::CreateEvent(int device) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    LOOM_RETURN_IF_ERROR(MinimumGranularityLocked(device).status());
+  }
+  Count(DriverOp::kCreateEvent);
+  LOOM_ASSIGN_OR_RETURN(uint64_t event, DoCreateEvent(device));
+  return Event{event};
+}
+
+Status Driver::DestroyEvent(Event event) {
+  if (event.value == 0)
+    return InvalidArgumentError("destroy_event: null event");
+  Count(DriverOp::kDestroyEvent);
+  return DoDestroyEvent(event.value);
+}
+
+Status Driver::RecordEvent(Event event, Stream stream) {
+  if (event.value == 0) return InvalidArgumentError("record_event: null event");
+  Count(DriverOp::kRecordEvent);
+  return DoRecordEvent(event.value, stream);
+}
+
+StatusOr<bool> Driver::QueryEvent(Event event) {
+  if (event.value == 0) return InvalidArgumentError("query_event: null event");
+  Count(DriverOp::kQueryEvent);
+  return DoQueryEvent(event.value);
+}
+
+Status Driver::SynchronizeEvent(Event event) {
+  if (event.value == 0) {
+    return InvalidArgumentError("synchronize_event: null event");
+  }
+  Count(DriverOp::kSynchronizeEvent);
+  return DoSynchronizeEvent(event.value);
+}
+
+Status Driver::CheckAccessibleLocked(DevicePtr ptr, uint64_t size) const {
+  if (ptr + size < ptr) return InvalidArgumentError("range wraps around");
+  return contract_.CheckAccessible(ptr, size);
+}
+
+Status Driver::CopyToDevice(DevicePtr dst, const void* src, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(dst, size));
+  Count(DriverOp::kCopyToDevice);
+  return DoCopyToDevice(dst, src, size);
+}
+
+Status Driver::CopyToHost(void* dst, DevicePtr src, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(src, size));
+  Count(DriverOp::kCopyToHost);
+  return DoCopyToHost(dst, src, size);
+}
+
+Status Driver::Memset(DevicePtr dst, uint8_t value, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(dst, size));
+  Count(DriverOp::kMemset);
+  return DoMemset(dst, value, size);
+}
+
+uint64_t Driver::calls(DriverOp op) const {
+  return calls_[static_cast<size_t>(op)].load(std::memory_order_relaxed);
+}
+
+std::array<uint64_t, kDriverOpCount> Driver::all_calls() const {
+  std::array<uint64_t, kDriverOpCount> out{};
+  for (size_t i = 0; i < kDriverOpCount; ++i) {
+    out[i] = calls_[i].load(std::memory_order_relaxed);
+  }
+  return out;
+}
+
+uint64_t Driver::physical_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return contract_.counts().handle_bytes;
+}
+
+ContractCounts Driver::contract_counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return contract_.counts();
+}
+
+}  // namespace loom::vmm

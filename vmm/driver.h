@@ -1,0 +1,223 @@
+// vmm::Driver: the narrow interface to CUDA's virtual memory management.
+//
+// This is the only place in loom that knows about CUDA. Everything above it
+// (page pool, slots, the allocator) runs unchanged on three backends:
+//   CudaDriver  (cuda_driver.h)  the real driver, loaded with dlopen
+//   HostDriver  (host_driver.h)  real virtual memory on the CPU (memfd + mmap)
+//   FakeDriver  (fake_driver.h)  bookkeeping only, failure injection
+//
+// The model is CUDA's: physical memory comes in handles (cuMemCreate), virtual
+// address ranges are reserved (cuMemAddressReserve), a handle (or a part of
+// one) is mapped into a reserved range (cuMemMap) and made accessible
+// (cuMemSetAccess); unmap, release and unreserve undo each step.
+//
+// Contract (enforced identically for every backend by this base class, see
+// docs/driver_contract.md; loom's rules are stricter than CUDA's):
+//  - sizes, offsets and addresses are multiples of the minimum granularity;
+//  - a mapping lies inside one reservation and overlaps no other mapping;
+//  - Unmap/SetAccess cover whole mappings exactly (no partial mapping, no
+//    unmapped byte);
+//  - a handle is released only when no part of it is mapped;
+//  - a reservation is freed only as a whole and only when nothing is mapped
+//    inside it.
+// A call that breaks the contract fails with INVALID_ARGUMENT or
+// FAILED_PRECONDITION and changes nothing; it never crashes. A backend
+// failure (out of memory, driver error) also leaves the state unchanged.
+//
+// Thread safety: every method may be called from any thread. Memory-mapping
+// calls are serialised by one mutex held across the backend call (they are
+// slow and rare: loom's allocator caches mappings); stream and event calls
+// take no lock.
+#ifndef LOOM_VMM_DRIVER_H_
+#define LOOM_VMM_DRIVER_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "plan/base/status.h"
+#include "vmm/driver_contract.h"
+
+namespace loom::vmm {
+
+using DevicePtr = uint64_t;  // a device virtual address (CUdeviceptr)
+using Stream = uint64_t;     // a CUstream / cudaStream_t value; 0 = default
+
+// A physical memory handle (CUmemGenericAllocationHandle). 0 is never valid.
+struct PhysicalHandle {
+  uint64_t value = 0;
+  friend bool operator==(PhysicalHandle, PhysicalHandle) = default;
+};
+
+// A CUevent. 0 is never valid.
+struct Event {
+  uint64_t value = 0;
+  friend bool operator==(Event, Event) = default;
+};
+
+enum class Granularity { kMinimum, kRecommended };
+
+struct DeviceProperties {
+  int ordinal = 0;
+  std::string name;
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+  uint64_t granularity_minimum = 0;
+  uint64_t granularity_recommended = 0;
+};
+
+// Every call a backend can receive, for counters and failure injection.
+enum class DriverOp : uint8_t {
+  kCreate,
+  kRelease,
+  kReserve,
+  kUnreserve,
+  kMap,
+  kUnmap,
+  kSetAccess,
+  kCreateStream,
+  kDestroyStream,
+  kSynchronizeStream,
+  kCreateEvent,
+  kDestroyEvent,
+  kRecordEvent,
+  kQueryEvent,
+  kSynchronizeEvent,
+  kCopyToDevice,
+  kCopyToHost,
+  kMemset,
+  kCount,  // not an operation
+};
+inline constexpr size_t kDriverOpCount = static_cast<size_t>(DriverOp::kCount);
+
+// "create", "map", ... (the name used in stats and JSON).
+std::string_view DriverOpName(DriverOp op);
+
+class Driver {
+ public:
+  Driver(const Driver&) = delete;
+  Driver& operator=(const Driver&) = delete;
+  // REQUIRES: everything created through this driver has been released (a
+  // leak is reported by FakeDriver; other backends clean up what they can).
+  virtual ~Driver() = default;
+
+  // "cuda", "host" or "fake".
+  virtual std::string_view name() const = 0;
+  // True when copies and memsets move real bytes (cuda, host); false when
+  // they are only checked against the contract (fake).
+  virtual bool holds_data() const = 0;
+
+  StatusOr<int> DeviceCount();
+  StatusOr<DeviceProperties> Properties(int device);
+  // REQUIRES: 0 <= device < DeviceCount().
+  StatusOr<uint64_t> GetGranularity(int device, Granularity kind);
+
+  // --- Physical memory ---------------------------------------------------
+  // Creates `size` bytes of physical memory on `device`.
+  // REQUIRES: size > 0, a multiple of the minimum granularity.
+  StatusOr<PhysicalHandle> Create(int device, uint64_t size);
+  // REQUIRES: `handle` came from Create, is not released, nothing of it mapped.
+  Status Release(PhysicalHandle handle);
+
+  // --- Address space -----------------------------------------------------
+  // Reserves `size` bytes of virtual address space aligned to `alignment`
+  // (0 = the granularity). REQUIRES: size a multiple of the granularity,
+  // alignment 0 or a power-of-two multiple of it.
+  StatusOr<DevicePtr> Reserve(uint64_t size, uint64_t alignment = 0);
+  // REQUIRES: (ptr, size) is exactly a live reservation with nothing mapped.
+  Status Unreserve(DevicePtr ptr, uint64_t size);
+
+  // Maps bytes [offset, offset + size) of `handle` at [ptr, ptr + size).
+  // The range is not accessible until SetAccess.
+  // REQUIRES: inside one reservation, overlapping no mapping, offset + size
+  // within the handle, all aligned to the granularity.
+  Status Map(DevicePtr ptr, uint64_t size, PhysicalHandle handle,
+             uint64_t offset = 0);
+  // REQUIRES: [ptr, ptr + size) is the union of whole earlier mappings with
+  // no gap.
+  Status Unmap(DevicePtr ptr, uint64_t size);
+  // Grants `device` read-write access to a mapped range.
+  // REQUIRES: as for Unmap.
+  Status SetAccess(DevicePtr ptr, uint64_t size, int device);
+
+  // --- Streams and events ------------------------------------------------
+  StatusOr<Stream> CreateStream(int device);
+  // REQUIRES: `stream` came from CreateStream.
+  Status DestroyStream(Stream stream);
+  // Works on any stream value (PyTorch's streams included).
+  Status SynchronizeStream(Stream stream);
+  StatusOr<Event> CreateEvent(int device);
+  Status DestroyEvent(Event event);
+  // Records `event` on `stream` (any stream value).
+  Status RecordEvent(Event event, Stream stream);
+  // True when the work recorded before `event` has completed.
+  StatusOr<bool> QueryEvent(Event event);
+  Status SynchronizeEvent(Event event);
+
+  // --- Data (tests and checks) -------------------------------------------
+  // REQUIRES: the device range is mapped and accessible.
+  Status CopyToDevice(DevicePtr dst, const void* src, uint64_t size);
+  Status CopyToHost(void* dst, DevicePtr src, uint64_t size);
+  Status Memset(DevicePtr dst, uint8_t value, uint64_t size);
+
+  // --- Introspection -----------------------------------------------------
+  // Calls that reached the backend, by kind (failed ones included).
+  uint64_t calls(DriverOp op) const;
+  std::array<uint64_t, kDriverOpCount> all_calls() const;
+  // Physical bytes held (created, not released), over all devices.
+  uint64_t physical_bytes() const;
+  // Live handles, reservations and mappings.
+  ContractCounts contract_counts() const;
+
+ protected:
+  Driver() = default;
+
+  // Backend operations. The base class has already checked the contract and
+  // holds the mapping mutex for the memory operations. A failure must leave
+  // the backend's state unchanged.
+  virtual StatusOr<int> DoDeviceCount() = 0;
+  virtual StatusOr<DeviceProperties> DoProperties(int device) = 0;
+  virtual StatusOr<uint64_t> DoGranularity(int device, Granularity kind) = 0;
+  virtual StatusOr<uint64_t> DoCreate(int device, uint64_t size) = 0;
+  virtual Status DoRelease(uint64_t handle) = 0;
+  virtual StatusOr<DevicePtr> DoReserve(uint64_t size, uint64_t alignment) = 0;
+  virtual Status DoUnreserve(DevicePtr ptr, uint64_t size) = 0;
+  virtual Status DoMap(DevicePtr ptr, uint64_t size, uint64_t handle,
+                       uint64_t offset) = 0;
+  virtual Status DoUnmap(DevicePtr ptr, uint64_t size) = 0;
+  virtual Status DoSetAccess(DevicePtr ptr, uint64_t size, int device) = 0;
+  virtual StatusOr<Stream> DoCreateStream(int device) = 0;
+  virtual Status DoDestroyStream(Stream stream) = 0;
+  virtual Status DoSynchronizeStream(Stream stream) = 0;
+  virtual StatusOr<uint64_t> DoCreateEvent(int device) = 0;
+  virtual Status DoDestroyEvent(uint64_t event) = 0;
+  virtual Status DoRecordEvent(uint64_t event, Stream stream) = 0;
+  virtual StatusOr<bool> DoQueryEvent(uint64_t event) = 0;
+  virtual Status DoSynchronizeEvent(uint64_t event) = 0;
+  virtual Status DoCopyToDevice(DevicePtr dst, const void* src,
+                                uint64_t size) = 0;
+  virtual Status DoCopyToHost(void* dst, DevicePtr src, uint64_t size) = 0;
+  virtual Status DoMemset(DevicePtr dst, uint8_t value, uint64_t size) = 0;
+
+ private:
+  void Count(DriverOp op) {
+    calls_[static_cast<size_t>(op)].fetch_add(1, std::memory_order_relaxed);
+  }
+  // Minimum granularity of `device`, cached. REQUIRES: mu_ held.
+  StatusOr<uint64_t> MinimumGranularityLocked(int device);
+  // Checks that a device range is mapped and accessible. REQUIRES: mu_ held.
+  Status CheckAccessibleLocked(DevicePtr ptr, uint64_t size) const;
+
+  mutable std::mutex mu_;  // guards contract_, granularity_
+  DriverContract contract_;
+  std::vector<uint64_t> granularity_;  // per device, 0 = not yet asked
+  std::array<std::atomic<uint64_t>, kDriverOpCount> calls_{};
+};
+
+}  // namespace loom::vmm
+
+#endif  // LOOM_VMM_DRIVER_H_

@@ -1,0 +1,304 @@
+// The driver contract suite: the same tests on every backend.
+//
+// CUDA runs only where a driver and a GPU are present; elsewhere it is skipped
+// with the reason. Data checks run on backends that hold data (host, cuda).
+#include "vmm/driver.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "vmm/cuda_driver.h"
+#include "vmm/fake_driver.h"
+#include "vmm/host_driver.h"
+
+namespace loom::vmm {
+namespace {
+
+constexpr uint64_t kTestGranularity = 64 << 10;
+
+struct FakeBackend {
+  static StatusOr<std::unique_ptr<Driver>> Make() {
+    FakeDriverOptions options;
+    options.granularity = kTestGranularity;
+    options.capacity_per_device = 64 * kTestGranularity;
+    return std::unique_ptr<Driver>(std::make_unique<FakeDriver>(options));
+  }
+};
+
+struct HostBackend {
+  static StatusOr<std::unique_ptr<Driver>> Make() {
+    HostDriverOptions options;
+    options.granularity = kTestGranularity;
+    options.capacity_per_device = 64 * kTestGranularity;
+    LOOM_ASSIGN_OR_RETURN(auto driver, HostDriver::Open(options));
+    return std::unique_ptr<Driver>(std::move(driver));
+  }
+};
+
+struct CudaBackend {
+  static StatusOr<std::unique_ptr<Driver>> Make() {
+    LOOM_ASSIGN_OR_RETURN(auto driver, CudaDriver::Open());
+    return std::unique_ptr<Driver>(std::move(driver));
+  }
+};
+
+template <typename Backend>
+class DriverContractTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StatusOr<std::unique_ptr<Driver>> driver = Backend::Make();
+    if (!driver.ok()) {
+      GTEST_SKIP() << "backend unavailable here: "
+                   << driver.status().ToString();
+    }
+    driver_ = std::move(driver).value();
+    StatusOr<uint64_t> g = driver_->GetGranularity(0, Granularity::kMinimum);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    g_ = *g;
+  }
+
+  void TearDown() override {
+    if (driver_ == nullptr) return;
+    ContractCounts counts = driver_->contract_counts();
+    EXPECT_EQ(counts.handles, 0u) << "test leaked a handle";
+    EXPECT_EQ(counts.reservations, 0u) << "test leaked a reservation";
+    EXPECT_EQ(counts.mappings, 0u) << "test leaked a mapping";
+  }
+
+  // Writes `value` over [ptr, ptr + size) and checks it reads back.
+  void Fill(DevicePtr ptr, uint64_t size, uint8_t value) {
+    ASSERT_TRUE(driver_->Memset(ptr, value, size).ok());
+  }
+  uint8_t ReadByte(DevicePtr ptr) {
+    uint8_t byte = 0xEE;
+    EXPECT_TRUE(driver_->CopyToHost(&byte, ptr, 1).ok());
+    return byte;
+  }
+
+  std::unique_ptr<Driver> driver_;
+  uint64_t g_ = 0;
+};
+
+using Backends = ::testing::Types<FakeBackend, HostBackend, CudaBackend>;
+class BackendNames {
+ public:
+  template <typename T>
+  static std::string GetName(int) {
+    if (std::is_same_v<T, FakeBackend>) return "fake";
+    if (std::is_same_v<T, HostBackend>) return "host";
+    return "cuda";
+  }
+};
+TYPED_TEST_SUITE(DriverContractTest, Backends, BackendNames);
+
+TYPED_TEST(DriverContractTest, DescribesItsDevices) {
+  Driver& d = *this->driver_;
+  StatusOr<int> count = d.DeviceCount();
+  ASSERT_TRUE(count.ok());
+  EXPECT_GE(*count, 1);
+  StatusOr<DeviceProperties> p = d.Properties(0);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->granularity_minimum, this->g_);
+  EXPECT_GE(p->granularity_recommended, p->granularity_minimum);
+  EXPECT_GE(p->total_bytes, p->free_bytes);
+  EXPECT_GT(p->total_bytes, 0u);
+  EXPECT_FALSE(d.Properties(*count).ok());
+}
+
+TYPED_TEST(DriverContractTest, MapAccessUnmapReleaseRoundTrip) {
+  Driver& d = *this->driver_;
+  const uint64_t g = this->g_;
+  StatusOr<DevicePtr> va = d.Reserve(4 * g);
+  ASSERT_TRUE(va.ok()) << va.status().ToString();
+  EXPECT_EQ(*va % g, 0u);
+  StatusOr<PhysicalHandle> h = d.Create(0, 2 * g);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE(d.Map(*va + g, 2 * g, *h).ok());
+  ASSERT_TRUE(d.SetAccess(*va + g, 2 * g, 0).ok());
+  EXPECT_EQ(d.contract_counts().mapped_bytes, 2 * g);
+  if (d.holds_data()) {
+    this->Fill(*va + g, 2 * g, 0x5A);
+    EXPECT_EQ(this->ReadByte(*va + 3 * g - 1), 0x5A);
+  }
+  ASSERT_TRUE(d.Unmap(*va + g, 2 * g).ok());
+  ASSERT_TRUE(d.Release(*h).ok());
+  ASSERT_TRUE(d.Unreserve(*va, 4 * g).ok());
+  EXPECT_EQ(d.calls(DriverOp::kMap), 1u);
+  EXPECT_EQ(d.calls(DriverOp::kUnmap), 1u);
+}
+
+TYPED_TEST(DriverContractTest, TwoMappingsOfOneHandleAlias) {
+  Driver& d = *this->driver_;
+  const uint64_t g = this->g_;
+  DevicePtr a = *d.Reserve(g);
+  DevicePtr b = *d.Reserve(g);
+  PhysicalHandle h = *d.Create(0, g);
+  ASSERT_TRUE(d.Map(a, g, h).ok());
+  ASSERT_TRUE(d.Map(b, g, h).ok());
+  ASSERT_TRUE(d.SetAccess(a, g, 0).ok());
+  ASSERT_TRUE(d.SetAccess(b, g, 0).ok());
+  if (d.holds_data()) {
+    const char message[] = "written through a, read through b";
+    ASSERT_TRUE(d.CopyToDevice(a + 128, message, sizeof(message)).ok());
+    char back[sizeof(message)] = {};
+    ASSERT_TRUE(d.CopyToHost(back, b + 128, sizeof(back)).ok());
+    EXPECT_STREQ(back, message);
+  }
+  EXPECT_EQ(d.Release(h).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(d.Unmap(a, g).ok());
+  EXPECT_EQ(d.Release(h).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(d.Unmap(b, g).ok());
+  ASSERT_TRUE(d.Release(h).ok());
+  ASSERT_TRUE(d.Unreserve(a, g).ok());
+  ASSERT_TRUE(d.Unreserve(b, g).ok());
+}
+
+TYPED_TEST(DriverContractTest, PartOfAHandleAndReuseOfAddresses) {
+  Driver& d = *this->driver_;
+  const uint64_t g = this->g_;
+  DevicePtr va = *d.Reserve(2 * g);
+  PhysicalHandle first = *d.Create(0, 2 * g);
+  PhysicalHandle second = *d.Create(0, g);
+  // Map the upper half of `first` alone, then both granules separately.
+  ASSERT_TRUE(d.Map(va, g, first, g).ok());
+  ASSERT_TRUE(d.Map(va + g, g, second).ok());
+  ASSERT_TRUE(d.SetAccess(va, 2 * g, 0).ok());  // spans two mappings
+  if (d.holds_data()) {
+    this->Fill(va, 2 * g, 0x11);
+    EXPECT_EQ(this->ReadByte(va + g), 0x11);
+  }
+  // One unmap covering two whole mappings is allowed.
+  ASSERT_TRUE(d.Unmap(va, 2 * g).ok());
+  // The same addresses now take the lower half of `first`.
+  ASSERT_TRUE(d.Map(va, g, first, 0).ok());
+  ASSERT_TRUE(d.SetAccess(va, g, 0).ok());
+  if (d.holds_data()) {
+    this->Fill(va, g, 0x22);
+    EXPECT_EQ(this->ReadByte(va), 0x22);
+  }
+  ASSERT_TRUE(d.Unmap(va, g).ok());
+  ASSERT_TRUE(d.Release(first).ok());
+  ASSERT_TRUE(d.Release(second).ok());
+  ASSERT_TRUE(d.Unreserve(va, 2 * g).ok());
+}
+
+TYPED_TEST(DriverContractTest, MisuseIsRejectedAndChangesNothing) {
+  Driver& d = *this->driver_;
+  const uint64_t g = this->g_;
+  DevicePtr va = *d.Reserve(4 * g);
+  PhysicalHandle h = *d.Create(0, 2 * g);
+  ASSERT_TRUE(d.Map(va, 2 * g, h).ok());
+  const ContractCounts before = d.contract_counts();
+  const uint64_t maps_before = d.calls(DriverOp::kMap);
+
+  // Sizes and alignment.
+  EXPECT_EQ(d.Create(0, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.Create(0, g + 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.Reserve(g / 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.Reserve(g, 3 * g).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.Map(va + 2 * g + 1, g, h).code(), StatusCode::kInvalidArgument);
+  // Map outside any reservation, and across the end of one.
+  EXPECT_EQ(d.Map(va + 64 * g, g, h).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.Map(va + 3 * g, 2 * g, h).code(), StatusCode::kInvalidArgument);
+  // Beyond the handle.
+  EXPECT_EQ(d.Map(va + 2 * g, 2 * g, h, g).code(),
+            StatusCode::kInvalidArgument);
+  // Double map (overlapping an existing mapping).
+  EXPECT_EQ(d.Map(va + g, 2 * g, h).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(d.Map(va, g, h).code(), StatusCode::kAlreadyExists);
+  // Release of a mapped handle; unknown handle.
+  EXPECT_EQ(d.Release(h).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(d.Release(PhysicalHandle{h.value + 977}).code(),
+            StatusCode::kInvalidArgument);
+  // Unmap of a part of a mapping, of a range with unmapped bytes, of nothing.
+  EXPECT_EQ(d.Unmap(va, g).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.Unmap(va + g, g).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.Unmap(va, 3 * g).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.Unmap(va + 3 * g, g).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.SetAccess(va, g, 0).code(), StatusCode::kInvalidArgument);
+  // Unreserve with a live mapping, or not exactly a reservation.
+  EXPECT_EQ(d.Unreserve(va, 4 * g).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(d.Unreserve(va, 2 * g).code(), StatusCode::kInvalidArgument);
+  // Data access before SetAccess, and to unmapped addresses.
+  uint8_t byte = 0;
+  EXPECT_EQ(d.CopyToHost(&byte, va, 1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(d.CopyToHost(&byte, va + 3 * g, 1).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.Memset(va + 2 * g - 1, 0, 2).code(),
+            StatusCode::kFailedPrecondition);
+
+  const ContractCounts after = d.contract_counts();
+  EXPECT_EQ(after.handles, before.handles);
+  EXPECT_EQ(after.mappings, before.mappings);
+  EXPECT_EQ(after.mapped_bytes, before.mapped_bytes);
+  EXPECT_EQ(after.reservations, before.reservations);
+  EXPECT_EQ(d.calls(DriverOp::kMap), maps_before)
+      << "rejected calls reached the backend";
+
+  ASSERT_TRUE(d.Unmap(va, 2 * g).ok());
+  ASSERT_TRUE(d.Release(h).ok());
+  ASSERT_TRUE(d.Unreserve(va, 4 * g).ok());
+}
+
+TYPED_TEST(DriverContractTest, StreamsAndEvents) {
+  Driver& d = *this->driver_;
+  StatusOr<Stream> stream = d.CreateStream(0);
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  StatusOr<Event> event = d.CreateEvent(0);
+  ASSERT_TRUE(event.ok()) << event.status().ToString();
+  ASSERT_TRUE(d.RecordEvent(*event, *stream).ok());
+  ASSERT_TRUE(d.SynchronizeEvent(*event).ok());
+  StatusOr<bool> done = d.QueryEvent(*event);
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(*done);
+  ASSERT_TRUE(d.RecordEvent(*event, 0).ok());  // the default stream works too
+  ASSERT_TRUE(d.SynchronizeStream(0).ok());
+  ASSERT_TRUE(d.SynchronizeStream(*stream).ok());
+  ASSERT_TRUE(d.DestroyEvent(*event).ok());
+  ASSERT_TRUE(d.DestroyStream(*stream).ok());
+  EXPECT_FALSE(d.DestroyEvent(Event{}).ok());
+  EXPECT_FALSE(d.DestroyStream(0).ok());
+}
+
+TYPED_TEST(DriverContractTest, ConcurrentMappingFromManyThreads) {
+  Driver& d = *this->driver_;
+  const uint64_t g = this->g_;
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 25;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        StatusOr<DevicePtr> va = d.Reserve(g);
+        StatusOr<PhysicalHandle> h = d.Create(0, g);
+        if (!va.ok() || !h.ok() || !d.Map(*va, g, *h).ok() ||
+            !d.SetAccess(*va, g, 0).ok()) {
+          ++failures;
+          return;
+        }
+        if (d.holds_data()) {
+          uint8_t value = static_cast<uint8_t>(t * 31 + r);
+          uint8_t back = 0;
+          if (!d.Memset(*va, value, g).ok() ||
+              !d.CopyToHost(&back, *va + g - 1, 1).ok() || back != value) {
+            ++failures;
+          }
+        }
+        if (!d.Unmap(*va, g).ok() || !d.Release(*h).ok() ||
+            !d.Unreserve(*va, g).ok()) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+}  // namespace
+}  // namespace loom::vmm

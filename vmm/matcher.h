@@ -1,0 +1,69 @@
+// Matcher: routes each request to its plan entry, and resynchronises.
+//
+// The plan lists the requests of the prologue (before the steady state) and
+// of one steady-state iteration, in order. The matcher keeps a cursor in that
+// sequence and compares each incoming request's size with the entry under
+// the cursor. When they differ it looks a short way ahead (a request of the
+// plan did not come: skip it) and a short way back (an earlier skip was
+// wrong), so that an extra, missing or resized request costs that request
+// only, never the rest of the iteration (STAlloc's matcher never
+// resynchronises, so one extra request there shifts every later match).
+// Iteration markers jump the cursor to the start of the iteration's entries;
+// without markers the steady sequence simply repeats.
+// Not thread-safe: the allocator serialises access.
+#ifndef LOOM_VMM_MATCHER_H_
+#define LOOM_VMM_MATCHER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "vmm/runtime_plan.h"
+
+namespace loom::vmm {
+
+class Matcher {
+ public:
+  // How far (in plan entries) the cursor may jump forward or back to find a
+  // request's entry.
+  static constexpr int kLookAhead = 48;
+  static constexpr int kLookBehind = 16;
+
+  // REQUIRES: `plan` outlives the matcher.
+  explicit Matcher(const RuntimePlan& plan);
+
+  struct Match {
+    const PlannedRequest* entry = nullptr;  // nullptr: no entry (a miss)
+    bool prologue = false;                  // entry is in the prologue
+    int64_t time = 0;                       // iteration time of the cursor
+  };
+  // Finds the entry for a request of `size` bytes and advances past it.
+  Match Next(uint64_t size);
+
+  // An iteration begins (as marked at run time). The first
+  // `plan.prologue_iterations` of them are part of the prologue; from the next
+  // one on, every iteration restarts the steady-state entries.
+  void IterationBegin();
+  // Moves the cursor to the start of the steady-state iteration (used when a
+  // plan is installed in the middle of a run).
+  void JumpToIteration();
+
+  // The plan's time at the cursor (for choosing pages that stay idle).
+  int64_t now() const;
+  bool in_prologue() const { return in_prologue_; }
+
+ private:
+  const std::vector<PlannedRequest>& sequence() const {
+    return in_prologue_ ? plan_.prologue : plan_.iteration;
+  }
+  // Moves to the next entry; wraps to the steady sequence at the end.
+  void Advance();
+
+  const RuntimePlan& plan_;
+  bool in_prologue_;
+  size_t cursor_ = 0;
+  int64_t iterations_seen_ = 0;
+};
+
+}  // namespace loom::vmm
+
+#endif  // LOOM_VMM_MATCHER_H_

@@ -1,0 +1,109 @@
+#include "vmm/matcher.h"
+
+#include <gtest/gtest.h>
+
+namespace loom::vmm {
+namespace {
+
+RuntimePlan PlanOf(std::vector<uint64_t> prologue,
+                   std::vector<uint64_t> iteration) {
+  RuntimePlan plan;
+  int64_t t = 0;
+  for (uint64_t size : prologue)
+    plan.prologue.push_back({size, 0, t, t + 1}), ++t;
+  t = 0;
+  for (uint64_t size : iteration) {
+    plan.iteration.push_back({size, static_cast<int64_t>(t * 1000), t, t + 1});
+    ++t;
+  }
+  plan.period = t;
+  plan.region_bytes = 1 << 20;
+  return plan;
+}
+
+// The index (in plan.iteration) each request matched, -1 for a miss.
+std::vector<int> MatchAll(Matcher& m, const RuntimePlan& plan,
+                          std::vector<uint64_t> sizes) {
+  std::vector<int> out;
+  for (uint64_t size : sizes) {
+    Matcher::Match match = m.Next(size);
+    out.push_back(match.entry == nullptr
+                      ? -1
+                      : static_cast<int>(match.entry - plan.iteration.data()));
+  }
+  return out;
+}
+
+TEST(MatcherTest, ExactSequenceHitsEveryEntryEveryIteration) {
+  RuntimePlan plan = PlanOf({}, {10, 20, 30, 20});
+  Matcher m(plan);
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    m.IterationBegin();
+    EXPECT_EQ(MatchAll(m, plan, {10, 20, 30, 20}),
+              (std::vector<int>{0, 1, 2, 3}));
+  }
+}
+
+TEST(MatcherTest, AnExtraRequestCostsOnlyItself) {
+  RuntimePlan plan = PlanOf({}, {10, 20, 30, 40, 50});
+  Matcher m(plan);
+  m.IterationBegin();
+  EXPECT_EQ(MatchAll(m, plan, {10, 20, 999, 30, 40, 50}),
+            (std::vector<int>{0, 1, -1, 2, 3, 4}));
+}
+
+TEST(MatcherTest, AMissingRequestIsSkipped) {
+  RuntimePlan plan = PlanOf({}, {10, 20, 30, 40, 50});
+  Matcher m(plan);
+  m.IterationBegin();
+  EXPECT_EQ(MatchAll(m, plan, {10, 30, 40, 50}),
+            (std::vector<int>{0, 2, 3, 4}));
+}
+
+TEST(MatcherTest, AResizedRequestMissesAndTheRestStillHits) {
+  RuntimePlan plan = PlanOf({}, {10, 20, 30, 40, 50});
+  Matcher m(plan);
+  m.IterationBegin();
+  EXPECT_EQ(MatchAll(m, plan, {10, 21, 30, 40, 50}),
+            (std::vector<int>{0, -1, 2, 3, 4}));
+}
+
+TEST(MatcherTest, AWrongSkipAheadIsRepairedByLookingBack) {
+  // The extra request (30) matches entry 2 ahead; the real 20 then comes and
+  // the matcher steps back to it.
+  RuntimePlan plan = PlanOf({}, {10, 20, 30, 40, 30, 50});
+  Matcher m(plan);
+  m.IterationBegin();
+  std::vector<int> got = MatchAll(m, plan, {10, 30, 20, 30, 40, 30, 50});
+  EXPECT_EQ(got[0], 0);
+  EXPECT_EQ(got[2], 1);
+  EXPECT_EQ(got.back(), 5);
+}
+
+TEST(MatcherTest, PrologueThenSteadyState) {
+  RuntimePlan plan = PlanOf({7, 8}, {10, 20});
+  plan.prologue_iterations = 1;  // the prologue holds one recorded iteration
+  Matcher m(plan);
+  EXPECT_TRUE(m.in_prologue());
+  m.IterationBegin();  // the recorded first iteration: still prologue
+  Matcher::Match a = m.Next(7);
+  ASSERT_NE(a.entry, nullptr);
+  EXPECT_TRUE(a.prologue);
+  EXPECT_EQ(a.entry, &plan.prologue[0]);
+  EXPECT_NE(m.Next(8).entry, nullptr);
+  m.IterationBegin();  // the steady state
+  EXPECT_FALSE(m.in_prologue());
+  EXPECT_EQ(MatchAll(m, plan, {10, 20}), (std::vector<int>{0, 1}));
+}
+
+TEST(MatcherTest, WithoutMarkersTheIterationRepeats) {
+  RuntimePlan plan = PlanOf({5}, {10, 20});
+  Matcher m(plan);
+  EXPECT_NE(m.Next(5).entry, nullptr);
+  EXPECT_EQ(MatchAll(m, plan, {10, 20, 10, 20, 10}),
+            (std::vector<int>{0, 1, 0, 1, 0}));
+  EXPECT_EQ(m.now(), 1);
+}
+
+}  // namespace
+}  // namespace loom::vmm

@@ -1,0 +1,57 @@
+// RuntimePlan: what the run-time allocator needs from an offline plan.
+//
+// A plan file (plan/plan_file.h) is converted into this plain structure by
+// the plugin layer; the allocator never parses files. The plan describes two
+// request sequences as they were recorded:
+//  - `prologue`: every allocation request before the steady state (model
+//    set-up, the first iterations), in order; only requests that stay live
+//    into the steady state (weights, optimizer state) carry an offset;
+//  - `iteration`: the requests of one steady-state iteration, in order,
+//    replayed every iteration (requests made inside dynamic modules are not
+//    part of the sequence: they always go to the dynamic space).
+// Offsets are byte offsets in the static region of `region_bytes`. Time is the
+// plan's event index within the iteration, in [0, period); `start`/`end` are
+// the planned lifetime (end may exceed period for requests that cross the
+// iteration boundary).
+#ifndef LOOM_VMM_RUNTIME_PLAN_H_
+#define LOOM_VMM_RUNTIME_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::vmm {
+
+inline constexpr int64_t kUnplanned = -1;
+
+struct PlannedRequest {
+  uint64_t size = 0;            // exact requested bytes, the matching key
+  int64_t offset = kUnplanned;  // in the static region, or kUnplanned
+  int64_t start = 0;            // planned lifetime (iteration time)
+  int64_t end = 0;
+  friend bool operator==(const PlannedRequest&,
+                         const PlannedRequest&) = default;
+};
+
+// Granules of the static region idle during a dynamic module's window.
+struct DynamicWindow {
+  std::string module;  // module name as marked at run time
+  int64_t start = 0;   // iteration time of the window
+  int64_t end = 0;
+  std::vector<uint32_t> idle_granules;  // static-region granule indices
+};
+
+struct RuntimePlan {
+  uint64_t region_bytes = 0;  // static region size (multiple of granularity)
+  int64_t period = 0;         // events per iteration
+  // Iteration-begin markers recorded inside the prologue: the steady-state
+  // iteration starts at the next one.
+  int64_t prologue_iterations = 0;
+  std::vector<PlannedRequest> prologue;
+  std::vector<PlannedRequest> iteration;
+  std::vector<DynamicWindow> windows;
+};
+
+}  // namespace loom::vmm
+
+#endif  // LOOM_VMM_RUNTIME_PLAN_H_

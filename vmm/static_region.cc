@@ -1,0 +1,182 @@
+#include "vmm/static_region.h"
+
+#include <algorithm>
+
+namespace loom::vmm {
+
+StaticRegion::StaticRegion(Driver& driver, PagePool& pool, DevicePtr base,
+                           uint64_t granularity, int64_t period)
+    : driver_(driver),
+      pool_(pool),
+      base_(base),
+      granularity_(granularity),
+      period_(period) {}
+
+StatusOr<std::unique_ptr<StaticRegion>> StaticRegion::Create(
+    Driver& driver, PagePool& pool, int device, const RuntimePlan& plan,
+    const std::vector<PageId>& pages) {
+  const uint64_t g = pool.granularity();
+  LOOM_CHECK(plan.region_bytes == pages.size() * g,
+             "region of {} bytes with {} pages", plan.region_bytes,
+             pages.size());
+  if (pages.empty()) {
+    return InvalidArgumentError("a static region needs at least one granule");
+  }
+  LOOM_ASSIGN_OR_RETURN(DevicePtr base, driver.Reserve(plan.region_bytes));
+  std::unique_ptr<StaticRegion> region(
+      new StaticRegion(driver, pool, base, g, plan.period));
+  region->granules_.resize(pages.size());
+  // Map page by page; on failure the destructor unmaps what was mapped.
+  for (uint32_t i = 0; i < pages.size(); ++i) {
+    Page& page = pool.page(pages[i]);
+    LOOM_CHECK(page.live && page.static_granule == kNoGranule);
+    DevicePtr at = base + i * g;
+    LOOM_RETURN_IF_ERROR(driver.Map(at, g, page.handle));
+    page.static_granule = i;
+    region->granules_[i].page = pages[i];
+    LOOM_RETURN_IF_ERROR(driver.SetAccess(at, g, device));
+  }
+  // The planned schedule of every granule.
+  auto touch = [&](const PlannedRequest& r, auto&& visit) {
+    if (r.offset == kUnplanned) return;
+    uint64_t first = static_cast<uint64_t>(r.offset) / g;
+    uint64_t last = (static_cast<uint64_t>(r.offset) + r.size - 1) / g;
+    for (uint64_t k = first; k <= last && k < pages.size(); ++k)
+      visit(region->granules_[k]);
+  };
+  for (const PlannedRequest& r : plan.prologue) {
+    touch(r, [](Granule& granule) { granule.persistent = true; });
+  }
+  for (const PlannedRequest& r : plan.iteration) {
+    int64_t start = plan.period > 0 ? r.start % plan.period : r.start;
+    touch(r,
+          [&](Granule& granule) { granule.planned_starts.push_back(start); });
+  }
+  for (Granule& granule : region->granules_) {
+    std::sort(granule.planned_starts.begin(), granule.planned_starts.end());
+  }
+  return region;
+}
+
+StaticRegion::~StaticRegion() {
+  LOOM_CHECK(occupied_bytes_ == 0, "static region destroyed with {} bytes live",
+             occupied_bytes_);
+  for (uint32_t i = 0; i < granules_.size(); ++i) {
+    PageId id = granules_[i].page;
+    if (id == kNoPage || pool_.page(id).static_granule != i) continue;
+    Status status = driver_.Unmap(base_ + i * granularity_, granularity_);
+    if (!status.ok()) {
+      fmt::print(stderr, "loom: unmapping static granule {} failed: {}\n", i,
+                 status.ToString());
+      continue;
+    }
+    pool_.page(id).static_granule = kNoGranule;
+  }
+  Status status = driver_.Unreserve(base_, bytes());
+  if (!status.ok()) {
+    fmt::print(stderr, "loom: freeing the static region failed: {}\n",
+               status.ToString());
+  }
+}
+
+namespace {
+
+// Calls visit(granule index, lo, hi) for each granule piece of a byte range.
+template <typename Visit>
+void ForEachPiece(uint64_t offset, uint64_t size, uint64_t g, Visit&& visit) {
+  uint64_t end = offset + size;
+  while (offset < end) {
+    uint64_t k = offset / g;
+    uint64_t piece_end = std::min(end, (k + 1) * g);
+    if (!visit(static_cast<uint32_t>(k), static_cast<uint32_t>(offset - k * g),
+               static_cast<uint32_t>(piece_end - k * g))) {
+      return;
+    }
+    offset = piece_end;
+  }
+}
+
+}  // namespace
+
+bool StaticRegion::RangeFree(uint64_t offset, uint64_t size) const {
+  if (size == 0 || offset + size > bytes()) return false;
+  bool free = true;
+  ForEachPiece(offset, size, granularity_,
+               [&](uint32_t k, uint32_t lo, uint32_t hi) {
+                 for (const auto& [a, b] : granules_[k].live) {
+                   if (a < hi && lo < b) {
+                     free = false;
+                     return false;
+                   }
+                 }
+                 return true;
+               });
+  return free;
+}
+
+void StaticRegion::Occupy(uint64_t offset, uint64_t size) {
+  LOOM_DCHECK(RangeFree(offset, size));
+  ForEachPiece(offset, size, granularity_,
+               [&](uint32_t k, uint32_t lo, uint32_t hi) {
+                 granules_[k].live.emplace_back(lo, hi);
+                 ++pool_.page(granules_[k].page).static_users;
+                 return true;
+               });
+  occupied_bytes_ += size;
+}
+
+void StaticRegion::Vacate(uint64_t offset, uint64_t size) {
+  ForEachPiece(
+      offset, size, granularity_, [&](uint32_t k, uint32_t lo, uint32_t hi) {
+        auto& live = granules_[k].live;
+        auto it = std::find(live.begin(), live.end(), std::make_pair(lo, hi));
+        LOOM_CHECK(it != live.end(),
+                   "vacating static bytes [{}, {}) of granule {} not live", lo,
+                   hi, k);
+        *it = live.back();
+        live.pop_back();
+        Page& page = pool_.page(granules_[k].page);
+        LOOM_CHECK(page.static_users > 0);
+        --page.static_users;
+        return true;
+      });
+  occupied_bytes_ -= size;
+}
+
+int64_t StaticRegion::TimeToNextUse(uint32_t granule, int64_t now) const {
+  const Granule& g = granules_[granule];
+  if (g.persistent) return 0;
+  if (g.planned_starts.empty()) return kNever;
+  if (period_ <= 0) return 0;
+  now %= period_;
+  auto it =
+      std::lower_bound(g.planned_starts.begin(), g.planned_starts.end(), now);
+  if (it != g.planned_starts.end()) return *it - now;
+  return g.planned_starts.front() + period_ -
+         now;  // wraps to the next iteration
+}
+
+void StaticRegion::CheckInvariants() const {
+  uint64_t live_bytes = 0;
+  for (uint32_t k = 0; k < granules_.size(); ++k) {
+    const auto& live = granules_[k].live;
+    for (size_t i = 0; i < live.size(); ++i) {
+      LOOM_CHECK(live[i].first < live[i].second &&
+                 live[i].second <= granularity_);
+      live_bytes += live[i].second - live[i].first;
+      for (size_t j = i + 1; j < live.size(); ++j) {
+        LOOM_CHECK(
+            live[i].second <= live[j].first || live[j].second <= live[i].first,
+            "static granule {}: live ranges overlap", k);
+      }
+    }
+    const Page& page = pool_.page(granules_[k].page);
+    LOOM_CHECK_EQ(page.static_users, live.size());
+    LOOM_CHECK(page.static_users == 0 || page.arena_users == 0,
+               "page of static granule {} serves static and arena allocations",
+               k);
+  }
+  LOOM_CHECK_EQ(live_bytes, occupied_bytes_);
+}
+
+}  // namespace loom::vmm
