@@ -25,11 +25,16 @@ struct Command {
 
 int RunInfo(const Args& args);
 int RunCompare(const Args& args);
+int RunPlan(const Args& args);
+int RunVerify(const Args& args);
 
 // The table main() dispatches on, in the order `loom_tool --help` lists them.
 inline constexpr Command kCommands[] = {
     {"info", "backend, devices, granularity, total and free memory", RunInfo},
     {"compare", "compare simulated allocators on a workload", RunCompare},
+    {"plan", "plan an instance (offsets per buffer) and write a plan file",
+     RunPlan},
+    {"verify", "check a plan or offsets against an instance", RunVerify},
 };
 
 }  // namespace loom::cli

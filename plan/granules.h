@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "plan/base/status.h"
@@ -37,6 +38,7 @@ uint64_t PeakGranules(const Instance& instance,
 struct TimeWindow {
   int64_t start = 0;
   int64_t end = 0;
+  std::string name;  // the group of dynamic requests, e.g. a module name
   friend bool operator==(const TimeWindow&, const TimeWindow&) = default;
 };
 

@@ -301,7 +301,7 @@ Status ParseBufs(Reader& r, const PlanFile& meta, PlanFile* plan) {
 Status ParseDyns(Reader& r, const PlanFile& meta, PlanFile* plan) {
   size_t at = r.offset();
   LOOM_ASSIGN_OR_RETURN(uint64_t count, r.U64("window count"));
-  if (count > r.left() / 24) {
+  if (count > r.left() / 28) {
     return r.ErrorAt(
         at, fmt::format("{} windows cannot fit in {} bytes", count, r.left()));
   }
@@ -311,6 +311,7 @@ Status ParseDyns(Reader& r, const PlanFile& meta, PlanFile* plan) {
     at = r.offset();
     LOOM_ASSIGN_OR_RETURN(space.window.start, r.I64("window start"));
     LOOM_ASSIGN_OR_RETURN(space.window.end, r.I64("window end"));
+    LOOM_ASSIGN_OR_RETURN(space.window.name, r.Str("window name"));
     const TimeWindow& win = space.window;
     if (win.start < 0 || win.start >= win.end ||
         (meta.period > 0 &&
@@ -441,6 +442,7 @@ std::string EncodePlanFile(const PlanFile& plan) {
     for (const ReusableSpace& space : plan.dynamic_spaces) {
       PutI64(p, space.window.start);
       PutI64(p, space.window.end);
+      PutStr(p, space.window.name);
       PutU64(p, space.ranges.size());
       for (const AddressRange& r : space.ranges) {
         PutU64(p, r.lo);
@@ -663,8 +665,9 @@ std::string FormatPlanText(const PlanFile& plan, size_t max_buffers) {
     line("  ... {} more", plan.buffers.size() - shown);
   line("dynamic spaces {}", plan.dynamic_spaces.size());
   for (const ReusableSpace& space : plan.dynamic_spaces) {
-    line("  window [{}, {}): {} bytes idle in {} ranges, {} whole granules",
-         space.window.start, space.window.end, space.bytes(),
+    line("  window [{}, {}) {}: {} bytes idle in {} ranges, {} whole granules",
+         space.window.start, space.window.end,
+         space.window.name.empty() ? "-" : space.window.name, space.bytes(),
          space.ranges.size(), space.granule_count(plan.granule_bytes));
     for (const AddressRange& r : space.ranges) line("    [{}, {})", r.lo, r.hi);
   }

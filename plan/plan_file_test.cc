@@ -37,7 +37,7 @@ PlanFile Sample() {
                   {3, 4, 4, 9, 21, 1},
                   {4, 0, 4, 0, 21, 1}};
   ReusableSpace space;
-  space.window = {10, 20};
+  space.window = {10, 20, "moe"};
   space.ranges = {{8, 12}};
   space.granules = {{8, 12}};
   plan.dynamic_spaces = {space};
@@ -52,9 +52,9 @@ TEST(PlanFileTest, RoundTrip) {
   StatusOr<PlanFile> back = DecodePlanFile(bytes, "x.plan");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, plan);
-  // Header 16, META 16+84+4, FIGS 16+49+4, BUFS 16+248+4, DYNS 16+48+4,
+  // Header 16, META 16+84+4, FIGS 16+49+4, BUFS 16+248+4, DYNS 16+55+4,
   // MTCH 16+14+4: the layout is fixed, so the size is too.
-  EXPECT_EQ(bytes.size(), 559u);
+  EXPECT_EQ(bytes.size(), 566u);
   // The plan's buffers verify as an instance.
   Verdict v = VerifyPlacement(PlanAsInstance(*back), PlanOffsets(*back),
                               {.capacity = back->region_size});
@@ -74,8 +74,8 @@ TEST(PlanFileTest, FileRoundTripAndDump) {
                       "(optimal)"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("window [10, 20): 4 bytes idle in 1 ranges, 1 whole "
-                      "granules"),
+  EXPECT_NE(text.find("window [10, 20) moe: 4 bytes idle in 1 ranges, 1 "
+                      "whole granules"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("section       'MTCH' optional (14 bytes)"),
@@ -161,7 +161,7 @@ TEST(PlanFileTest, CorruptFilesAreRejectedWithExactMessages) {
       {"bad tag", [](std::string b) { return SetU32(b, kFigsAt, 0x01020304); },
        "x.plan: offset 120: bad section tag 0x01020304"},
       {"trailing bytes", [](std::string b) { return b + "xyz"; },
-       "x.plan: offset 559: 3 trailing bytes after the last section"},
+       "x.plan: offset 566: 3 trailing bytes after the last section"},
       {"unknown required section",
        [](std::string b) {
          // Turn the optional MTCH section into a required one.
@@ -170,7 +170,7 @@ TEST(PlanFileTest, CorruptFilesAreRejectedWithExactMessages) {
          FixCrc(b, at);
          return b;
        },
-       "x.plan: offset 525: unsupported required section 'MTCH'"},
+       "x.plan: offset 532: unsupported required section 'MTCH'"},
       {"duplicate section",
        [](std::string b) {
          const size_t at = b.find("MTCH");
@@ -179,7 +179,7 @@ TEST(PlanFileTest, CorruptFilesAreRejectedWithExactMessages) {
          FixCrc(b, at);
          return b;
        },
-       "x.plan: offset 525: duplicate section 'FIGS'"},
+       "x.plan: offset 532: duplicate section 'FIGS'"},
       {"missing section",
        [](std::string b) {
          b = SetU32(b, kBufsAt, PlanTag("BUFX"));
@@ -187,7 +187,7 @@ TEST(PlanFileTest, CorruptFilesAreRejectedWithExactMessages) {
          FixCrc(b, kBufsAt);
          return b;
        },
-       "x.plan: offset 559: missing required section 'BUFS'"},
+       "x.plan: offset 566: missing required section 'BUFS'"},
       {"optional known section",
        [](std::string b) {
          b = SetU32(b, kFigsAt + 4, 0);
@@ -197,7 +197,7 @@ TEST(PlanFileTest, CorruptFilesAreRejectedWithExactMessages) {
        "x.plan: offset 124: section 'FIGS' must be marked required"},
       {"huge section length",
        [](std::string b) { return SetU64(b, kFigsAt + 8, ~uint64_t{0}); },
-       "x.plan: offset 128: truncated: section 'FIGS' needs 3 bytes, 423 are "
+       "x.plan: offset 128: truncated: section 'FIGS' needs 3 bytes, 430 are "
        "left"},
   };
   const std::string good = EncodePlanFile(Sample());
@@ -261,7 +261,7 @@ TEST(PlanFileTest, OutOfRangeValuesAreRejected) {
        [](PlanFile& p) {
          p.dynamic_spaces[0].ranges = {{8, 13}};
        },
-       "x.plan: offset 505: section 'DYNS': window 0: range [8, 13) is empty, "
+       "x.plan: offset 512: section 'DYNS': window 0: range [8, 13) is empty, "
        "unsorted, touching the previous one or beyond the region"},
   };
   for (const Case& c : cases) {

@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
                   {3, 4, 4, 9, 21, 1},
                   {4, 0, 4, 0, 21, 1}};
   loom::plan::ReusableSpace space;
-  space.window = {10, 20};
+  space.window = {10, 20, "moe"};
   space.ranges = {{8, 12}};
   space.granules = {{8, 12}};
   plan.dynamic_spaces = {space};

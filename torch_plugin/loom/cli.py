@@ -18,6 +18,8 @@ from loom import _paths
 # name -> one-line summary. Forwarded verbatim to loom_tool.
 FORWARDED = {
     "info": "backend, devices, granularity, total and free memory",
+    "plan": "plan an instance (offsets per buffer) and write a plan file",
+    "verify": "check a plan or offsets against an instance",
 }
 
 # Subcommands implemented in Python: name -> (summary, module, function).
