@@ -75,7 +75,14 @@ class GapIndex {
   int32_t leaves_;               // power of two >= num_slots_
   std::vector<RangeSet> sub_;    // 2 * leaves_ nodes (1 is the root)
   std::vector<RangeSet> cover_;  // internal nodes only (leaves: sub_)
-  mutable std::vector<AddressRange> scratch_;
+  struct Cursor {
+    const AddressRange* next;
+    const AddressRange* end;
+  };
+  void CollectSets(std::span<const SlotSpan> spans) const;
+
+  mutable std::vector<Cursor> sets_;
+  mutable std::vector<AddressRange> free_, next_free_;
 };
 
 }  // namespace loom::plan

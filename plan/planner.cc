@@ -161,9 +161,11 @@ class Driver {
   }
 
   void Auto() {
-    BestFit(Order::kSize, FitRule::kBestFit);
-    if (Done()) return;
+    // Memory layers first: cheap, and on regular training iterations (many
+    // repeated sizes) often at the lower bound already.
     Layers();
+    if (Done()) return;
+    BestFit(Order::kSize, FitRule::kBestFit);
     if (Done()) return;
     // Lowest first can be slow on some traces: each run gets a share of
     // the time that is left.
@@ -365,6 +367,26 @@ StatusOr<PlanResult> PlanInstance(const Instance& instance,
   LOOM_ASSIGN_OR_RETURN(
       Problem problem,
       Problem::Make(instance, options.size_round, options.min_alignment));
+  if (instance.period > 0 && problem.num_slots() > 0) {
+    // A cyclic plan may start its iteration anywhere: cut the circle where
+    // the fewest bytes are live, so the fewest buffers wrap around. Buffer
+    // i stays buffer i and conflicts are unchanged, so offsets carry over.
+    const std::vector<uint64_t>& load = problem.slot_load();
+    const int32_t cut = static_cast<int32_t>(
+        std::min_element(load.begin(), load.end()) - load.begin());
+    const int64_t shift = problem.slot_time(cut);
+    if (shift != 0) {
+      Instance rotated = instance;
+      for (Buffer& b : rotated.buffers) {
+        const int64_t length = b.end - b.start;
+        b.start = ((b.start - shift) % instance.period + instance.period) %
+                  instance.period;
+        b.end = b.start + length;
+      }
+      LOOM_ASSIGN_OR_RETURN(problem, Problem::Make(rotated, options.size_round,
+                                                   options.min_alignment));
+    }
+  }
   Driver driver(instance, options, std::move(problem));
   return driver.Run();
 }
