@@ -8,8 +8,16 @@
 #include <memory>
 #include <numeric>
 
+#include "plan/exact_tables.h"
+
 namespace loom::plan {
 namespace {
+
+using exact_internal::BuildSearchTables;
+using exact_internal::CountConflicts;
+using exact_internal::RangeMax;
+using exact_internal::SearchTables;
+using exact_internal::SectionRange;
 
 constexpr uint64_t kUnplaced = UINT64_MAX;
 // Work allowed per placement for the unallocated-floor strengthening.
@@ -17,11 +25,6 @@ constexpr int64_t kFloorBudget = 1 << 13;
 
 // kPrune: not found, and the caller may skip the remaining siblings.
 enum class Step { kFound, kNotFound, kNodeLimit, kTimeout, kPrune };
-
-struct SectionRange {
-  int32_t lo = 0;
-  int32_t hi = 0;
-};
 
 // A set of sections [lo, hi) solved independently of the others.
 struct Partition {
@@ -38,89 +41,12 @@ struct Entry {
   }
 };
 
-// Max over a range of values that receive range additions (lazy segment
-// tree): the largest section total still to place in a partition.
-class RangeMax {
- public:
-  void Init(const std::vector<uint64_t>& values) {
-    n_ = static_cast<int32_t>(values.size());
-    leaves_ = static_cast<int32_t>(
-        std::bit_ceil(static_cast<uint32_t>(std::max(n_, 1))));
-    max_.assign(2 * leaves_, 0);
-    add_.assign(2 * leaves_, 0);
-    for (int32_t i = 0; i < n_; ++i)
-      max_[leaves_ + i] = static_cast<int64_t>(values[i]);
-    for (int32_t v = leaves_ - 1; v > 0; --v)
-      max_[v] = std::max(max_[2 * v], max_[2 * v + 1]);
-  }
-  void Add(int32_t lo, int32_t hi, int64_t delta) {
-    Add(1, 0, leaves_, lo, hi, delta);
-  }
-  int64_t Max(int32_t lo, int32_t hi) const {
-    return Max(1, 0, leaves_, lo, hi);
-  }
-
- private:
-  void Add(int32_t v, int32_t l, int32_t r, int32_t lo, int32_t hi, int64_t d) {
-    if (hi <= l || r <= lo) return;
-    if (lo <= l && r <= hi) {
-      max_[v] += d;
-      add_[v] += d;
-      return;
-    }
-    const int32_t m = (l + r) / 2;
-    Add(2 * v, l, m, lo, hi, d);
-    Add(2 * v + 1, m, r, lo, hi, d);
-    max_[v] = add_[v] + std::max(max_[2 * v], max_[2 * v + 1]);
-  }
-  int64_t Max(int32_t v, int32_t l, int32_t r, int32_t lo, int32_t hi) const {
-    if (hi <= l || r <= lo) return INT64_MIN;
-    if (lo <= l && r <= hi) return max_[v];
-    const int32_t m = (l + r) / 2;
-    const int64_t below =
-        std::max(Max(2 * v, l, m, lo, hi), Max(2 * v + 1, m, r, lo, hi));
-    return below == INT64_MIN ? below : below + add_[v];
-  }
-  int32_t n_ = 0;
-  int32_t leaves_ = 1;
-  std::vector<int64_t> max_;
-  std::vector<int64_t> add_;
-};
-
-// Upper bound on the number of conflicting pairs (exact for non-cyclic
-// instances): for each span, the spans that start before it ends minus
-// those that end before it starts.
-uint64_t CountConflicts(const Problem& p) {
-  std::vector<int32_t> starts, ends;
-  for (size_t i = 0; i < p.num_buffers(); ++i) {
-    for (const SlotSpan& s : p.spans(i)) {
-      starts.push_back(s.lo);
-      ends.push_back(s.hi);
-    }
-  }
-  std::sort(starts.begin(), starts.end());
-  std::sort(ends.begin(), ends.end());
-  uint64_t pairs = 0;
-  for (size_t i = 0; i < p.num_buffers(); ++i) {
-    for (const SlotSpan& s : p.spans(i)) {
-      const auto before_end =
-          std::lower_bound(starts.begin(), starts.end(), s.hi) - starts.begin();
-      const auto ended =
-          std::upper_bound(ends.begin(), ends.end(), s.lo) - ends.begin();
-      pairs += static_cast<uint64_t>(before_end - ended - 1);
-    }
-  }
-  return pairs / 2;
-}
-
 }  // namespace
 
 class ExactSearch::Solver {
  public:
   Solver(const Problem& problem, std::vector<uint64_t> fixed)
-      : p_(problem), fixed_(std::move(fixed)) {
-    BuildSections();
-  }
+      : p_(problem), fixed_(std::move(fixed)), t_(BuildSearchTables(problem)) {}
 
   ExactResult Run(uint64_t capacity, const std::vector<std::string>& preorders,
                   const Deadline& deadline) {
@@ -175,101 +101,7 @@ class ExactSearch::Solver {
     return !fixed_.empty() && fixed_[b] != ExactOptions::kFree;
   }
 
-  // Sections are the slots just before some buffer's span ends: every
-  // maximal set of simultaneously live buffers is the live set of one.
-  void BuildSections() {
-    const size_t n = p_.num_buffers();
-    const int32_t slots = p_.num_slots();
-    std::vector<uint8_t> is_section(slots, 0);
-    for (size_t i = 0; i < n; ++i) {
-      for (const SlotSpan& s : p_.spans(i)) is_section[s.hi - 1] = 1;
-    }
-    // first_at[j]: index of the first section slot >= j.
-    std::vector<int32_t> first_at(slots + 1, 0);
-    int32_t count = 0;
-    for (int32_t j = 0; j < slots; ++j) {
-      first_at[j] = count;
-      count += is_section[j];
-    }
-    first_at[slots] = count;
-    num_sections_ = count;
-    members_.assign(count, {});
-    ranges_.resize(n);
-    num_ranges_.assign(n, 0);
-    env_.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      SectionRange env{INT32_MAX, INT32_MIN};
-      for (const SlotSpan& s : p_.spans(i)) {
-        SectionRange r{first_at[s.lo], first_at[s.hi]};
-        ranges_[i][num_ranges_[i]++] = r;
-        env.lo = std::min(env.lo, r.lo);
-        env.hi = std::max(env.hi, r.hi);
-        for (int32_t k = r.lo; k < r.hi; ++k)
-          members_[k].push_back(static_cast<uint32_t>(i));
-      }
-      env_[i] = env;
-    }
-    // Conflicts, by a sweep over span starts and ends: O(n log n + pairs).
-    overlaps_.assign(n, {});
-    struct Event {
-      int32_t slot;
-      int32_t kind;  // 0 = end, 1 = start
-      uint32_t buffer;
-    };
-    std::vector<Event> events;
-    for (size_t i = 0; i < n; ++i) {
-      for (const SlotSpan& s : p_.spans(i)) {
-        events.push_back({s.lo, 1, static_cast<uint32_t>(i)});
-        events.push_back({s.hi, 0, static_cast<uint32_t>(i)});
-      }
-    }
-    std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
-      return a.slot != b.slot ? a.slot < b.slot : a.kind < b.kind;
-    });
-    std::vector<uint32_t> active;
-    std::vector<uint32_t> where(n, 0);
-    for (const Event& ev : events) {
-      if (ev.kind == 0) {
-        const uint32_t at = where[ev.buffer];
-        active[at] = active.back();
-        where[active[at]] = at;
-        active.pop_back();
-        continue;
-      }
-      for (uint32_t j : active) {
-        if (j == ev.buffer) continue;
-        overlaps_[ev.buffer].push_back(j);
-        overlaps_[j].push_back(ev.buffer);
-      }
-      where[ev.buffer] = static_cast<uint32_t>(active.size());
-      active.push_back(ev.buffer);
-    }
-    if (p_.period() > 0) {  // two spans can meet the same buffer twice
-      for (std::vector<uint32_t>& list : overlaps_) {
-        std::sort(list.begin(), list.end());
-        list.erase(std::unique(list.begin(), list.end()), list.end());
-      }
-    }
-    section_total_.assign(count, 0);
-    for (int32_t k = 0; k < count; ++k) {
-      for (uint32_t j : members_[k]) section_total_[k] += p_.size(j);
-    }
-    by_env_lo_.resize(n);
-    std::iota(by_env_lo_.begin(), by_env_lo_.end(), 0u);
-    std::stable_sort(
-        by_env_lo_.begin(), by_env_lo_.end(),
-        [&](uint32_t a, uint32_t b) { return env_[a].lo < env_[b].lo; });
-    env_lo_sorted_.resize(n);
-    for (size_t k = 0; k < n; ++k) env_lo_sorted_[k] = env_[by_env_lo_[k]].lo;
-    initial_cuts_.assign(std::max(count - 1, 0), 0);
-    for (size_t i = 0; i < n; ++i) {
-      for (int32_t k = env_[i].lo; k + 1 < env_[i].hi; ++k) ++initial_cuts_[k];
-    }
-  }
-
-  std::span<const SectionRange> Ranges(size_t i) const {
-    return {ranges_[i].data(), num_ranges_[i]};
-  }
+  std::span<const SectionRange> Ranges(size_t i) const { return t_.Ranges(i); }
 
   // Returns false when fixed buffers already make the instance infeasible.
   bool Reset() {
@@ -278,11 +110,11 @@ class ExactSearch::Solver {
     rank_.assign(n, 0);
     min_offset_.assign(n, 0);
     solution_.assign(n, kUnplaced);
-    floor_.assign(num_sections_, 0);
-    total_ = section_total_;
-    max_total_.Init(section_total_);
-    cuts_ = initial_cuts_;
-    stamp_.assign(num_sections_, 0);
+    floor_.assign(t_.num_sections, 0);
+    total_ = t_.section_total;
+    max_total_.Init(t_.section_total);
+    cuts_ = t_.initial_cuts;
+    stamp_.assign(t_.num_sections, 0);
     stamp_counter_ = 0;
     moved_.assign(n, 0);
     move_stamp_ = 0;
@@ -290,9 +122,10 @@ class ExactSearch::Solver {
     for (size_t i = 0; i < n; ++i) {
       if (IsFixed(i)) min_offset_[i] = fixed_[i];
     }
-    for (int32_t k = 0; k < num_sections_; ++k) {
+    for (int32_t k = 0; k < t_.num_sections; ++k) {
       uint64_t lowest = UINT64_MAX;
-      for (uint32_t m : members_[k]) lowest = std::min(lowest, min_offset_[m]);
+      for (uint32_t m : t_.members[k])
+        lowest = std::min(lowest, min_offset_[m]);
       if (lowest != UINT64_MAX) floor_[k] = lowest;
       if (floor_[k] + total_[k] > capacity_) return false;
     }
@@ -302,8 +135,8 @@ class ExactSearch::Solver {
   std::vector<Partition> InitialPartitions() const {
     std::vector<Partition> out;
     int32_t lo = 0;
-    for (int32_t k = 0; k < num_sections_; ++k) {
-      if (k + 1 == num_sections_ || initial_cuts_[k] == 0) {
+    for (int32_t k = 0; k < t_.num_sections; ++k) {
+      if (k + 1 == t_.num_sections || t_.initial_cuts[k] == 0) {
         Partition part{lo, k + 1};
         bool any = false;
         ForEachUnplaced(part, [&](uint32_t) { any = true; });
@@ -378,11 +211,11 @@ class ExactSearch::Solver {
   // it (no unplaced envelope straddles a partition boundary).
   template <typename Fn>
   void ForEachUnplaced(const Partition& part, Fn fn) const {
-    auto first =
-        std::lower_bound(env_lo_sorted_.begin(), env_lo_sorted_.end(), part.lo);
-    auto last = std::lower_bound(first, env_lo_sorted_.end(), part.hi);
+    auto first = std::lower_bound(t_.env_lo_sorted.begin(),
+                                  t_.env_lo_sorted.end(), part.lo);
+    auto last = std::lower_bound(first, t_.env_lo_sorted.end(), part.hi);
     for (auto it = first; it != last; ++it) {
-      const uint32_t b = by_env_lo_[it - env_lo_sorted_.begin()];
+      const uint32_t b = t_.by_env_lo[it - t_.env_lo_sorted.begin()];
       if (offset_[b] == kUnplaced) fn(b);
     }
   }
@@ -508,7 +341,7 @@ class ExactSearch::Solver {
     // The unallocated floor below is a strengthening, not needed for
     // soundness: on huge instances it is bounded to keep nodes cheap.
     int64_t budget = kFloorBudget;
-    for (uint32_t o : overlaps_[b]) {
+    for (uint32_t o : t_.overlaps[b]) {
       if (offset_[o] != kUnplaced) continue;
       hatless = false;
       if (min_offset_[o] >= height) continue;
@@ -543,7 +376,7 @@ class ExactSearch::Solver {
       const uint64_t floor = floor_[k];
       uint64_t lowest = UINT64_MAX;
       if (budget <= -kFloorBudget) break;
-      for (uint32_t m : members_[k]) {
+      for (uint32_t m : t_.members[k]) {
         --budget;
         if (offset_[m] != kUnplaced) continue;
         lowest = std::min(lowest, min_offset_[m]);
@@ -592,7 +425,7 @@ class ExactSearch::Solver {
 
   Step Decompose(const Partition& part, const Entry& e, int depth) {
     const uint32_t b = e.buffer;
-    const SectionRange env = env_[b];
+    const SectionRange env = t_.env[b];
     std::vector<int32_t> cutpoints;
     for (int32_t k = env.lo; k + 1 < env.hi; ++k) {
       if (--cuts_[k] == 0 && k >= part.lo && k + 1 < part.hi)
@@ -623,14 +456,7 @@ class ExactSearch::Solver {
   uint64_t capacity_ = 0;
   Deadline deadline_ = Deadline::Infinite();
 
-  int32_t num_sections_ = 0;
-  std::vector<std::vector<uint32_t>> members_;
-  std::vector<std::array<SectionRange, 2>> ranges_;
-  std::vector<uint8_t> num_ranges_;
-  std::vector<SectionRange> env_;
-  std::vector<std::vector<uint32_t>> overlaps_;
-  std::vector<uint64_t> section_total_;
-  std::vector<int32_t> initial_cuts_;
+  const SearchTables t_;
 
   std::string preorder_;
   std::vector<uint32_t> rank_;
@@ -643,8 +469,6 @@ class ExactSearch::Solver {
   uint64_t stamp_counter_ = 0;
   std::vector<std::pair<uint32_t, uint64_t>> offset_log_;
   std::vector<std::pair<int32_t, uint64_t>> floor_log_;
-  std::vector<uint32_t> by_env_lo_;     // buffers sorted by envelope start
-  std::vector<int32_t> env_lo_sorted_;  // their envelope starts
   std::vector<Entry> current_, merged_, extra_;
   std::vector<uint64_t> moved_;
   uint64_t move_stamp_ = 0;

@@ -40,7 +40,7 @@ TEST(PlannerTest, ReadmeIsOptimal) {
   EXPECT_EQ(r->lower_bound_bytes, 12u);
   EXPECT_TRUE(r->optimal);
   EXPECT_TRUE(r->fits);
-  EXPECT_EQ(r->algorithm, "best-fit/size");  // the first run already is
+  EXPECT_EQ(r->algorithm, "layers");  // the first run already is
   EXPECT_EQ(r->sizes, (std::vector<uint64_t>{4, 4, 4, 4, 4}));
   EXPECT_EQ(r->peak_granules, 1u);  // 12 bytes in one 2 MiB granule
   EXPECT_TRUE(VerifyPlacement(Readme(), r->offsets, {.capacity = 12}).valid());

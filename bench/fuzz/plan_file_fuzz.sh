@@ -14,7 +14,8 @@ WORK="${LOOM_FUZZ_DIR:-/tmp/loom-plan-fuzz}"
 CXX="${CXX:-clang++}"
 mkdir -p "$WORK/corpus"
 SOURCES=(
-  "$ROOT/plan/plan_file.cc" "$ROOT/plan/granules.cc" "$ROOT/plan/instance.cc"
+  "$ROOT/plan/plan_file.cc" "$ROOT/plan/plan_file_text.cc" "$ROOT/plan/granules.cc"
+  "$ROOT/plan/instance.cc"
   "$ROOT/plan/base/status.cc" "$ROOT/plan/base/check.cc"
 )
 FLAGS=(-std=c++20 -O1 -g -I"$ROOT")
