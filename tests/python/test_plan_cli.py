@@ -92,3 +92,29 @@ def test_corrupt_plan_is_rejected(tmp_path):
     assert result.returncode == 1
     assert "checksum mismatch" in result.stderr
     assert str(plan) in result.stderr
+
+
+def test_cyclic_plan_with_dynamic_windows(tmp_path):
+    _tool_or_skip()
+    plan = tmp_path / "cyclic.plan"
+    # Period 21: the README instance replayed; window [9, 21) named moe.
+    result = run_loom("plan", README, "--period", 21, "--windows",
+                      "9:21:moe,20:25", "--granule", 4, "-o", plan, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["valid"] is True
+    assert report["peak_bytes"] == 12
+    windows = report["dynamic_windows"]
+    assert [w["name"] for w in windows] == ["moe", ""]
+    # During [9, 21) only b4 and b5 are live: 4 of the region's 12 bytes
+    # (one 4-byte granule) are idle.
+    assert windows[0]["idle_bytes"] == 4
+    assert windows[0]["idle_granules"] == 1
+    # [20, 25) wraps to [0, 4): b4 ends at 21 and b1, b3, b5 live at 0-3.
+    assert windows[1]["idle_bytes"] == 0
+    check = run_loom("verify", plan, README, "--json")
+    assert check.returncode == 0, check.stdout
+    assert json.loads(check.stdout)["period"] == 21
+    bad = run_loom("plan", README, "--windows", "9:3")
+    assert bad.returncode == 1
+    assert "[9, 3) is empty or negative" in bad.stderr
