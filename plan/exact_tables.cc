@@ -94,6 +94,8 @@ SearchTables BuildSearchTables(const Problem& p) {
   for (size_t i = 0; i < n; ++i) {
     for (int32_t k = t.env[i].lo; k + 1 < t.env[i].hi; ++k) ++t.initial_cuts[k];
   }
+  for (std::vector<uint32_t>& list : t.overlaps) list.shrink_to_fit();
+  for (std::vector<uint32_t>& list : t.members) list.shrink_to_fit();
   return t;
 }
 

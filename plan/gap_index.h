@@ -11,13 +11,16 @@
 //   cover(v): buffers for which v is a canonical node (they span v's time);
 //   sub(v):   every buffer with a canonical node in v's subtree (plus
 //             possibly buffers that span v; harmless, they overlap v too).
-// A query unions sub() of its canonical nodes and cover() of their
+// A query combines sub() of its canonical nodes and cover() of their
 // ancestors: O(log S) sets. Because the sets are coalesced, a densely packed
-// region of memory is one range however many buffers it holds, so queries
-// stay small where the XLA-style scan over all time-overlapping buffers
-// costs O(n) each (O(n^2) in all).
-// Insert costs O(log S) set insertions. There is no removal: algorithms
-// that undo placements rebuild the index.
+// region of memory is one range however many buffers it holds. Find()
+// intersects free intervals set by set (sets with the fewest ranges first),
+// dropping every hole too small for the request at once and searching later
+// sets only inside the surviving holes (galloping), so queries stay small
+// where the XLA-style scan over all time-overlapping buffers costs O(n)
+// each (O(n^2) in all); both choose the same offsets
+// (bench/results/planner.md). Insert costs O(log S) set insertions. There
+// is no removal: algorithms that undo placements rebuild the index.
 #ifndef LOOM_PLAN_GAP_INDEX_H_
 #define LOOM_PLAN_GAP_INDEX_H_
 

@@ -1,18 +1,23 @@
 // The planner: picks and runs placement algorithms on an Instance within a
 // time budget and returns the best plan found (pure C++).
 //
-// kAuto runs, cheapest first, until the peak reaches the lower bound:
-//  1. constructive heuristics: best fit in size order, STAlloc memory
-//     layers, lowest-first with the preorders TAW/AWT/TWA, then the other
-//     best-fit orders (first fit and best fit);
+// kAuto runs, cheapest first, until the plan is optimal or time is up:
+//  1. constructive heuristics: STAlloc memory layers, best fit in size
+//     order, lowest-first with the preorders TAW/AWT/TWA (each capped at a
+//     quarter of the time left), then the other best-fit orders (first fit
+//     and best fit);
 //  2. if a capacity is given and nothing fits yet: the exact search at that
 //     capacity ("does it fit in C bytes?");
-//  3. minimisation (unless options.minimize is false): the exact search at
-//     the lower bound, then at capacities between the lower bound and the
-//     best peak (binary search; a proof of infeasibility moves the low end,
-//     a solution the high end), while the instance is small enough for it
-//     (conflicting pairs <= ExactOptions::max_conflicts);
+//  3. minimisation (unless options.minimize is false), while the instance
+//     is small enough for the exact search (conflicting pairs <=
+//     ExactOptions::max_conflicts): the exact search at the lower bound (a
+//     quarter of the time left), then "is there anything better?" at the
+//     best peak minus the quantum (the gcd of sizes and alignments: every
+//     optimum is a multiple of it), until a proof of infeasibility (the
+//     plan is then optimal) or two probes in a row time out;
 //  4. the local search (local_search.h) for the time that is left.
+// Cyclic instances are first rotated so that the iteration boundary falls
+// where the fewest bytes are live (offsets carry over unchanged).
 // Every plan returned satisfies the verifier (plan/verifier.h); the planner
 // checks its own result with it and fails with an internal error
 // otherwise. Progress goes to stderr only when stderr is a terminal and
