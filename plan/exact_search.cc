@@ -14,7 +14,6 @@ namespace loom::plan {
 namespace {
 
 using exact_internal::BuildSearchTables;
-using exact_internal::CountConflicts;
 using exact_internal::RangeMax;
 using exact_internal::SearchTables;
 using exact_internal::SectionRange;
@@ -507,7 +506,7 @@ ExactSearch::ExactSearch(const Problem& problem, std::vector<uint64_t> fixed,
                          uint64_t max_conflicts)
     : problem_(problem) {
   LOOM_CHECK(fixed.empty() || fixed.size() == problem.num_buffers());
-  conflicts_ = CountConflicts(problem);
+  conflicts_ = exact_internal::CountConflicts(problem);
   if (conflicts_ > max_conflicts || problem.num_buffers() == 0) return;
   RunWithStack(StackBytes(problem), [&] {
     solver_ = std::make_unique<Solver>(problem, std::move(fixed));
@@ -515,6 +514,10 @@ ExactSearch::ExactSearch(const Problem& problem, std::vector<uint64_t> fixed,
 }
 
 ExactSearch::~ExactSearch() = default;
+
+uint64_t ExactSearch::CountConflicts(const Problem& problem) {
+  return exact_internal::CountConflicts(problem);
+}
 
 ExactResult ExactSearch::Solve(uint64_t capacity,
                                const std::vector<std::string>& preorders,

@@ -86,6 +86,10 @@ class ExactSearch {
 
   uint64_t conflicts() const { return conflicts_; }
 
+  // The number of conflicting pairs of `problem` (an upper bound for
+  // cyclic instances), in O(n log n): what building the tables costs.
+  static uint64_t CountConflicts(const Problem& problem);
+
  private:
   class Solver;
   const Problem& problem_;

@@ -21,9 +21,12 @@ LocalSearchResult ImproveOrder(const Problem& problem,
   std::mt19937_64 rng(options.seed);
   std::vector<uint32_t> critical;
   std::vector<uint32_t> candidate;
+  double step_seconds = 0;
   while (!deadline.Expired() &&
          (options.max_steps == 0 || result.steps < options.max_steps) &&
-         result.best.peak > options.target) {
+         result.best.peak > options.target &&
+         deadline.SecondsLeft() > step_seconds) {
+    const auto step_start = Deadline::Clock::now();
     ++result.steps;
     // The buffers that reach the current peak.
     critical.clear();
@@ -43,6 +46,7 @@ LocalSearchResult ImproveOrder(const Problem& problem,
       std::rotate(candidate.begin() + to, from, from + 1);
     }
     Placement next = PlaceInOrder(problem, candidate, options.rule);
+    step_seconds = SecondsSince(step_start);
     if (next.peak <= current.peak) {
       order.swap(candidate);
       current = std::move(next);

@@ -6,7 +6,9 @@
 // peak (the "critical" ones), moves a few of them earlier in the order by a
 // random distance, re-places everything and keeps the new order if its peak
 // is no higher (equal peaks are accepted so the search drifts across
-// plateaus). The best placement seen is returned when the deadline passes.
+// plateaus). The best placement seen is returned when the deadline passes
+// (no step is started that would not finish before it, judging by the
+// previous step).
 // Deterministic for a given seed and number of steps.
 #ifndef LOOM_PLAN_LOCAL_SEARCH_H_
 #define LOOM_PLAN_LOCAL_SEARCH_H_
