@@ -46,6 +46,25 @@ TEST(PlannerTest, ReadmeIsOptimal) {
   EXPECT_TRUE(VerifyPlacement(Readme(), r->offsets, {.capacity = 12}).valid());
 }
 
+TEST(PlannerTest, MinimallocReadmeFileFitsInTwelve) {
+  StatusOr<CsvInstance> csv =
+      ReadMinimallocCsv("bench/data/minimalloc/examples/input.12.csv");
+  ASSERT_TRUE(csv.ok()) << csv.status().ToString();
+  for (Algorithm a : {Algorithm::kAuto, Algorithm::kBestFit,
+                      Algorithm::kLowestFirst, Algorithm::kLayers,
+                      Algorithm::kExact, Algorithm::kLocalSearch}) {
+    PlannerOptions options = Quiet(5);
+    options.algorithm = a;
+    options.capacity = 12;
+    StatusOr<PlanResult> r = PlanInstance(csv->instance, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->peak_bytes, 12u) << AlgorithmName(a);
+    EXPECT_TRUE(r->fits);
+    EXPECT_TRUE(
+        VerifyPlacement(csv->instance, r->offsets, {.capacity = 12}).valid());
+  }
+}
+
 TEST(PlannerTest, MinimisesBeyondTheLowerBoundAndProvesIt) {
   StatusOr<PlanResult> r = PlanInstance(GapInstance(), Quiet());
   ASSERT_TRUE(r.ok());
