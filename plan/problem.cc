@@ -24,6 +24,7 @@ StatusOr<Problem> Problem::Make(const Instance& instance, uint64_t size_round,
   p.items_.resize(n);
   std::vector<int64_t> times;
   times.reserve(2 * n + 2);
+  uint64_t stacked = 0;
   for (size_t i = 0; i < n; ++i) {
     const Buffer& b = instance.buffers[i];
     Item& item = p.items_[i];
@@ -40,8 +41,12 @@ StatusOr<Problem> Problem::Make(const Instance& instance, uint64_t size_round,
     item.alignment = std::max(b.alignment, min_alignment);
     item.start = b.start;
     p.total_bytes_ += item.size;
-    if (p.total_bytes_ > (uint64_t{1} << 62)) {
-      return InvalidArgumentError("total size of the buffers above 2^62");
+    // Stacking every buffer, each aligned, stays below this: no placement
+    // can overflow an offset.
+    stacked += item.size + item.alignment - 1;
+    if (stacked > (uint64_t{1} << 62)) {
+      return InvalidArgumentError(
+          "total size of the buffers (with alignment padding) above 2^62");
     }
     for (const auto& [s, e] : LiveIntervals(b, instance.period)) {
       times.push_back(s);

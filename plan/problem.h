@@ -45,7 +45,8 @@ class Problem {
 
   // Builds the view. Fails on an invalid instance (ValidateInstance), a
   // rounding or alignment that is zero or not a power of two, sizes beyond
-  // kMaxBytes after rounding, or a total size beyond 2^62.
+  // kMaxBytes after rounding, or a total size (plus alignment padding)
+  // beyond 2^62, so that no offset a placement computes can overflow.
   static StatusOr<Problem> Make(const Instance& instance,
                                 uint64_t size_round = 1,
                                 uint64_t min_alignment = 1);

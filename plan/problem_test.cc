@@ -65,6 +65,15 @@ TEST(ProblemTest, CyclicBuffersHaveTwoSpans) {
   EXPECT_EQ(p->lower_bound(), 2u);
 }
 
+TEST(ProblemTest, AbsurdTotalsAreRejected) {
+  Instance inst;
+  for (uint64_t i = 0; i < 300; ++i) {
+    inst.buffers.push_back({i, 0, 1, 1, uint64_t{1} << 55});
+  }
+  EXPECT_EQ(Problem::Make(inst).status().message(),
+            "total size of the buffers (with alignment padding) above 2^62");
+}
+
 TEST(ProblemTest, InvalidInstanceAndEmpty) {
   Instance inst;
   inst.buffers = {{7, 5, 5, 1}};
