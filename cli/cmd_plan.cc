@@ -10,7 +10,6 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "plan/base/json.h"
-#include "plan/granules.h"
 #include "plan/instance_input.h"
 #include "plan/minimalloc_csv.h"
 #include "plan/plan_file.h"
@@ -170,37 +169,10 @@ int RunPlan(const Args& raw_args) {
   if (!result.ok()) return fail(result.status());
 
   // The plan file's view: reserved sizes, a region of whole granules.
-  plan::PlanFile file;
-  file.source = input;
-  file.fingerprint = plan::InstanceFingerprint(instance);
-  file.algorithm = result->algorithm;
-  file.requested = algorithm;
-  file.size_round = round;
-  file.min_alignment = align;
-  file.granule_bytes = granule;
-  file.capacity = capacity;
-  file.time_limit_seconds = time_limit;
-  file.peak_bytes = result->peak_bytes;
-  file.lower_bound_bytes = result->lower_bound_bytes;
-  file.peak_granules = result->peak_granules;
-  file.seconds = result->seconds;
-  file.optimal = result->optimal;
-  file.period = instance.period;
-  file.region_size = (result->peak_bytes + granule - 1) / granule * granule;
-  plan::Instance reserved = instance;
-  for (size_t i = 0; i < instance.buffers.size(); ++i) {
-    const plan::Buffer& b = instance.buffers[i];
-    reserved.buffers[i].size = result->sizes[i];
-    file.buffers.push_back({b.id, result->offsets[i], result->sizes[i], b.start,
-                            b.end, b.alignment});
-  }
-  if (!windows->empty()) {
-    StatusOr<std::vector<plan::ReusableSpace>> spaces =
-        plan::DynamicReusableSpace(reserved, result->offsets, file.region_size,
-                                   *windows, granule);
-    if (!spaces.ok()) return fail(spaces.status().WithContext("--windows"));
-    file.dynamic_spaces = std::move(*spaces);
-  }
+  StatusOr<plan::PlanFile> made =
+      plan::MakePlanFile(instance, *result, options, input, *windows);
+  if (!made.ok()) return fail(made.status().WithContext("--windows"));
+  const plan::PlanFile& file = *made;
   // The planner verified its plan already; this check is the report's.
   plan::VerifyOptions verify;
   // (A plan over the capacity is reported as not fitting, not as invalid.)

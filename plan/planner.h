@@ -26,6 +26,7 @@
 #define LOOM_PLAN_PLANNER_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "plan/base/status.h"
 #include "plan/granules.h"
 #include "plan/instance.h"
+#include "plan/plan_file.h"
 
 namespace loom::plan {
 
@@ -98,6 +100,17 @@ struct PlanResult {
 // Plans `instance`. Fails on an invalid instance or options.
 StatusOr<PlanResult> PlanInstance(const Instance& instance,
                                   const PlannerOptions& options);
+
+// The plan file of `result` (PlanInstance(instance, options)): provenance
+// (`source`, the instance's fingerprint), algorithm, options, figures, the
+// buffers with their reserved sizes, and the region: the peak rounded up to
+// whole granules. Each of `windows` gets its dynamic reusable space; fails
+// on an invalid window. REQUIRES: `result` comes from `instance`.
+StatusOr<PlanFile> MakePlanFile(const Instance& instance,
+                                const PlanResult& result,
+                                const PlannerOptions& options,
+                                std::string_view source,
+                                std::span<const TimeWindow> windows = {});
 
 }  // namespace loom::plan
 

@@ -50,9 +50,9 @@ TEST(PlannerTest, MinimallocReadmeFileFitsInTwelve) {
   StatusOr<CsvInstance> csv =
       ReadMinimallocCsv("bench/data/minimalloc/examples/input.12.csv");
   ASSERT_TRUE(csv.ok()) << csv.status().ToString();
-  for (Algorithm a : {Algorithm::kAuto, Algorithm::kBestFit,
-                      Algorithm::kLowestFirst, Algorithm::kLayers,
-                      Algorithm::kExact, Algorithm::kLocalSearch}) {
+  for (Algorithm a :
+       {Algorithm::kAuto, Algorithm::kBestFit, Algorithm::kLowestFirst,
+        Algorithm::kLayers, Algorithm::kExact, Algorithm::kLocalSearch}) {
     PlannerOptions options = Quiet(5);
     options.algorithm = a;
     options.capacity = 12;
@@ -172,6 +172,31 @@ TEST(PlannerTest, BadOptions) {
   EXPECT_FALSE(PlanInstance(Readme(), options).ok());
   EXPECT_EQ(ParseAlgorithm("layers").value(), Algorithm::kLayers);
   EXPECT_FALSE(ParseAlgorithm("magic").ok());
+}
+
+TEST(PlannerTest, MakePlanFileRoundTrips) {
+  PlannerOptions options = Quiet();
+  options.granule_bytes = 8;
+  StatusOr<PlanResult> r = PlanInstance(Readme(), options);
+  ASSERT_TRUE(r.ok());
+  const std::vector<TimeWindow> windows = {{9, 21, "late"}};
+  StatusOr<PlanFile> file =
+      MakePlanFile(Readme(), *r, options, "readme.csv", windows);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->region_size, 16u);  // 12 rounded up to 8-byte granules
+  EXPECT_EQ(file->requested, "auto");
+  EXPECT_EQ(file->fingerprint, InstanceFingerprint(Readme()));
+  ASSERT_EQ(file->dynamic_spaces.size(), 1u);
+  // In [9, 21) only b4 and b5 (8 bytes) are live: 8 of 16 bytes idle.
+  EXPECT_EQ(file->dynamic_spaces[0].bytes(), 8u);
+  StatusOr<PlanFile> back = DecodePlanFile(EncodePlanFile(*file), "x.plan");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *file);
+  EXPECT_TRUE(VerifyPlacement(PlanAsInstance(*back), PlanOffsets(*back),
+                              {.capacity = back->region_size})
+                  .valid());
+  const std::vector<TimeWindow> bad = {{5, 2, "x"}};
+  EXPECT_FALSE(MakePlanFile(Readme(), *r, options, "readme.csv", bad).ok());
 }
 
 TEST(PlannerTest, EmptyInstance) {
