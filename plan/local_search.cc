@@ -1,20 +1,27 @@
 #include "plan/local_search.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 
 #include "plan/best_fit.h"
+#include "plan/lowest_first.h"
 
 namespace loom::plan {
+namespace {
 
-LocalSearchResult ImproveOrder(const Problem& problem,
-                               std::vector<uint32_t> order,
-                               const LocalSearchOptions& options,
-                               const Deadline& deadline) {
+// The iterated greedy shared by both neighbourhoods: `evaluate` places the
+// buffers for an order, or returns nullopt when the deadline passed.
+template <typename Evaluate>
+LocalSearchResult Improve(const Problem& problem, std::vector<uint32_t> order,
+                          const LocalSearchOptions& options,
+                          const Deadline& deadline, Evaluate evaluate) {
   const size_t n = problem.num_buffers();
   LOOM_CHECK_EQ(order.size(), n);
   LocalSearchResult result;
-  Placement current = PlaceInOrder(problem, order, options.rule);
+  std::optional<Placement> first = evaluate(order);
+  if (!first) return result;  // no time for even one placement
+  Placement current = std::move(*first);
   result.best = current;
   result.order = order;
   if (n < 2) return result;
@@ -45,11 +52,12 @@ LocalSearchResult ImproveOrder(const Problem& problem,
       const size_t to = rng() % p;
       std::rotate(candidate.begin() + to, from, from + 1);
     }
-    Placement next = PlaceInOrder(problem, candidate, options.rule);
+    std::optional<Placement> next = evaluate(candidate);
     step_seconds = SecondsSince(step_start);
-    if (next.peak <= current.peak) {
+    if (!next) break;
+    if (next->peak <= current.peak) {
       order.swap(candidate);
-      current = std::move(next);
+      current = std::move(*next);
       if (current.peak < result.best.peak) {
         result.best = current;
         result.order = order;
@@ -58,6 +66,33 @@ LocalSearchResult ImproveOrder(const Problem& problem,
     }
   }
   return result;
+}
+
+}  // namespace
+
+LocalSearchResult ImproveOrder(const Problem& problem,
+                               std::vector<uint32_t> order,
+                               const LocalSearchOptions& options,
+                               const Deadline& deadline) {
+  return Improve(problem, std::move(order), options, deadline,
+                 [&](const std::vector<uint32_t>& o) {
+                   return std::optional<Placement>(
+                       PlaceInOrder(problem, o, options.rule));
+                 });
+}
+
+LocalSearchResult ImproveLowestFirst(const Problem& problem,
+                                     std::vector<uint32_t> order,
+                                     const LocalSearchOptions& options,
+                                     const Deadline& deadline) {
+  std::vector<uint32_t> rank(problem.num_buffers());
+  return Improve(problem, std::move(order), options, deadline,
+                 [&](const std::vector<uint32_t>& o) {
+                   for (size_t k = 0; k < o.size(); ++k) {
+                     rank[o[k]] = static_cast<uint32_t>(k);
+                   }
+                   return PlaceLowestFirst(problem, rank, deadline);
+                 });
 }
 
 }  // namespace loom::plan

@@ -2,7 +2,8 @@
 //
 // For instances too large for the exact search: an iterated greedy. The
 // state is a permutation of the buffers; its placement is best fit in that
-// order (best_fit.h). Each step takes the buffers that reach the current
+// order (best_fit.h), or lowest-first with that order as the tie-break
+// preorder (lowest_first.h). Each step takes the buffers that reach the current
 // peak (the "critical" ones), moves a few of them earlier in the order by a
 // random distance, re-places everything and keeps the new order if its peak
 // is no higher (equal peaks are accepted so the search drifts across
@@ -45,6 +46,16 @@ LocalSearchResult ImproveOrder(const Problem& problem,
                                std::vector<uint32_t> order,
                                const LocalSearchOptions& options,
                                const Deadline& deadline);
+
+// The same search over lowest-first preorders (lowest_first.h): `order`
+// lists the buffers by rank (the tie-break order); each step re-runs
+// PlaceLowestFirst. `best.offsets` is empty if not even the first
+// placement finished before the deadline.
+// REQUIRES: order is a permutation of [0, num_buffers).
+LocalSearchResult ImproveLowestFirst(const Problem& problem,
+                                     std::vector<uint32_t> order,
+                                     const LocalSearchOptions& options,
+                                     const Deadline& deadline);
 
 }  // namespace loom::plan
 

@@ -145,6 +145,13 @@ class Driver {
         PlaceLowestFirst(problem_, rank, deadline);
     const std::string name = fmt::format("lowest-first/{}", keys);
     if (placement) {
+      if (!best_lf_order_ || placement->peak < best_lf_peak_) {
+        std::vector<uint32_t> order(rank.size());
+        for (size_t i = 0; i < rank.size(); ++i) order[rank[i]] = i;
+        best_lf_order_ = std::move(order);
+        best_lf_peak_ = placement->peak;
+        best_lf_seconds_ = Elapsed() - t0;
+      }
       Record(name, &*placement, Elapsed() - t0);
     } else {
       Record(name, nullptr, Elapsed() - t0, "timeout");
@@ -271,15 +278,27 @@ class Driver {
     }
   }
 
+  // The local search around whichever greedy family did better:
+  // lowest-first preorders, or best-fit orders.
   void LocalSearch() {
-    if (!best_order_ || !Affordable(last_best_fit_seconds_)) return;
     const double t0 = Elapsed();
     LocalSearchOptions ls;
     ls.seed = options_.seed;
     ls.rule = best_order_rule_;
     ls.target = std::max(problem_.lower_bound(), proven_floor_);
+    if (best_lf_order_ && (!best_order_ || best_lf_peak_ <= best_order_peak_) &&
+        Affordable(best_lf_seconds_)) {
+      LocalSearchResult r =
+          ImproveLowestFirst(problem_, *best_lf_order_, ls, deadline_);
+      if (!r.best.offsets.empty()) {
+        Record(fmt::format("local-search/lowest-first({} steps)", r.steps),
+               &r.best, Elapsed() - t0);
+      }
+      return;
+    }
+    if (!best_order_ || !Affordable(last_best_fit_seconds_)) return;
     LocalSearchResult r = ImproveOrder(problem_, *best_order_, ls, deadline_);
-    Record(fmt::format("local-search({} steps)", r.steps), &r.best,
+    Record(fmt::format("local-search/best-fit({} steps)", r.steps), &r.best,
            Elapsed() - t0);
   }
 
@@ -331,6 +350,9 @@ class Driver {
   uint64_t best_order_peak_ = 0;
   FitRule best_order_rule_ = FitRule::kBestFit;
   double last_best_fit_seconds_ = 0;
+  std::optional<std::vector<uint32_t>> best_lf_order_;  // by rank
+  uint64_t best_lf_peak_ = 0;
+  double best_lf_seconds_ = 0;
   uint64_t proven_floor_ = 0;  // no plan has a peak below this
   std::unique_ptr<ExactSearch> exact_;
 };
