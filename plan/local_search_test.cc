@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "plan/best_fit.h"
+#include "plan/lowest_first.h"
 #include "plan/minimalloc_csv.h"
 #include "plan/verifier.h"
 
@@ -29,6 +30,29 @@ TEST(LocalSearchTest, ImprovesGreedyOnChallengingB) {
   // Deterministic for a seed and a number of steps.
   LocalSearchResult again = ImproveOrder(*p, order, options, Deadline::In(60));
   EXPECT_EQ(again.best.offsets, r.best.offsets);
+}
+
+TEST(LocalSearchTest, LowestFirstNeighbourhoodOnChallengingB) {
+  StatusOr<CsvInstance> csv =
+      ReadMinimallocCsv("bench/data/minimalloc/challenging/B.1048576.csv");
+  ASSERT_TRUE(csv.ok());
+  StatusOr<Problem> p = Problem::Make(csv->instance);
+  ASSERT_TRUE(p.ok());
+  const std::vector<uint32_t> rank = PreorderRanks(*p, "TAW");
+  std::vector<uint32_t> order(rank.size());
+  for (size_t i = 0; i < rank.size(); ++i) order[rank[i]] = i;
+  const uint64_t greedy = PlaceLowestFirst(*p, rank)->peak;
+  LocalSearchOptions options;
+  options.max_steps = 300;
+  LocalSearchResult r =
+      ImproveLowestFirst(*p, order, options, Deadline::In(60));
+  EXPECT_EQ(r.steps, 300);
+  EXPECT_LT(r.best.peak, greedy);
+  EXPECT_TRUE(VerifyPlacement(csv->instance, r.best.offsets).valid());
+  // The returned order, as ranks, reproduces the returned placement.
+  std::vector<uint32_t> again(r.order.size());
+  for (size_t k = 0; k < r.order.size(); ++k) again[r.order[k]] = k;
+  EXPECT_EQ(PlaceLowestFirst(*p, again)->offsets, r.best.offsets);
 }
 
 TEST(LocalSearchTest, StopsAtTheTargetAndTheDeadline) {
