@@ -74,11 +74,11 @@ LocalSearchResult ImproveOrder(const Problem& problem,
                                std::vector<uint32_t> order,
                                const LocalSearchOptions& options,
                                const Deadline& deadline) {
-  return Improve(problem, std::move(order), options, deadline,
-                 [&](const std::vector<uint32_t>& o) {
-                   return std::optional<Placement>(
-                       PlaceInOrder(problem, o, options.rule));
-                 });
+  return Improve(
+      problem, std::move(order), options, deadline,
+      [&](const std::vector<uint32_t>& o) {
+        return std::optional<Placement>(PlaceInOrder(problem, o, options.rule));
+      });
 }
 
 LocalSearchResult ImproveLowestFirst(const Problem& problem,
