@@ -26,6 +26,8 @@ struct Command {
 int RunInfo(const Args& args);
 int RunAnalyze(const Args& args);
 int RunCompare(const Args& args);
+int RunPlan(const Args& args);
+int RunVerify(const Args& args);
 
 // The table main() dispatches on, in the order `loom_tool --help` lists them.
 inline constexpr Command kCommands[] = {
@@ -33,6 +35,9 @@ inline constexpr Command kCommands[] = {
     {"analyze", "lifetime classes, peaks and iterations of a trace or CSV",
      RunAnalyze},
     {"compare", "compare simulated allocators on a workload", RunCompare},
+    {"plan", "plan an instance (offsets per buffer) and write a plan file",
+     RunPlan},
+    {"verify", "check a plan or offsets against an instance", RunVerify},
 };
 
 }  // namespace loom::cli

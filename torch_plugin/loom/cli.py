@@ -19,6 +19,8 @@ from loom import _paths
 FORWARDED = {
     "info": "backend, devices, granularity, total and free memory",
     "analyze": "lifetime classes, peaks and iterations of a trace or CSV",
+    "plan": "plan an instance (offsets per buffer) and write a plan file",
+    "verify": "check a plan or offsets against an instance",
 }
 
 # Subcommands implemented in Python: name -> (summary, module, function).

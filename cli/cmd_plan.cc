@@ -1,0 +1,301 @@
+// `loom_tool plan`: plans an instance (plan/planner.h), checks the plan with
+// the independent verifier, writes the plan file and/or an offsets CSV and
+// reports peak, lower bound, granules and time. Given a plan file instead of
+// an instance it prints the plan (show mode).
+#include <charconv>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "plan/base/json.h"
+#include "plan/instance_input.h"
+#include "plan/minimalloc_csv.h"
+#include "plan/plan_file.h"
+#include "plan/planner.h"
+#include "plan/verifier.h"
+
+namespace loom::cli {
+namespace {
+
+bool ParseInt(std::string_view text, int64_t* out) {
+  auto [ptr, ec] =
+      std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && ptr == text.data() + text.size() && !text.empty();
+}
+
+// "--windows 100:200:moe0,300:350": half-open time windows, optional names.
+StatusOr<std::vector<plan::TimeWindow>> ParseWindows(std::string_view text) {
+  std::vector<plan::TimeWindow> out;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t comma = text.find(',', begin);
+    if (comma == std::string_view::npos) comma = text.size();
+    const std::string_view item = text.substr(begin, comma - begin);
+    begin = comma + 1;
+    const size_t colon = item.find(':');
+    const size_t second =
+        colon == std::string_view::npos ? colon : item.find(':', colon + 1);
+    plan::TimeWindow window;
+    if (colon == std::string_view::npos ||
+        !ParseInt(item.substr(0, colon), &window.start) ||
+        !ParseInt(item.substr(colon + 1, second == std::string_view::npos
+                                             ? std::string_view::npos
+                                             : second - colon - 1),
+                  &window.end)) {
+      return InvalidArgumentError("--windows: '{}' is not start:end[:name]",
+                                  item);
+    }
+    if (second != std::string_view::npos) {
+      window.name = std::string(item.substr(second + 1));
+    }
+    out.push_back(window);
+  }
+  return out;
+}
+
+void PrintShow(const plan::PlanFile& plan, bool json, int64_t max_buffers) {
+  if (!json) {
+    std::fputs(
+        plan::FormatPlanText(plan, static_cast<size_t>(max_buffers)).c_str(),
+        stdout);
+    return;
+  }
+  JsonWriter w(2);
+  w.BeginObject();
+  w.Key("source").String(plan.source);
+  w.Key("algorithm").String(plan.algorithm);
+  w.Key("buffers").Uint(plan.buffers.size());
+  w.Key("peak_bytes").Uint(plan.peak_bytes);
+  w.Key("lower_bound_bytes").Uint(plan.lower_bound_bytes);
+  w.Key("peak_granules").Uint(plan.peak_granules);
+  w.Key("granule_bytes").Uint(plan.granule_bytes);
+  w.Key("region_bytes").Uint(plan.region_size);
+  w.Key("period").Int(plan.period);
+  w.Key("seconds").Double(plan.seconds);
+  w.Key("optimal").Bool(plan.optimal);
+  w.Key("dynamic_windows").Uint(plan.dynamic_spaces.size());
+  w.EndObject();
+  std::printf("%s\n", w.str().c_str());
+}
+
+}  // namespace
+
+int RunPlan(const Args& raw_args) {
+  // `-o PATH` is accepted as a short form of --output.
+  Args args;
+  for (const std::string& arg : raw_args) {
+    args.push_back(arg == "-o" ? "--output" : arg);
+  }
+  std::string input, output, offsets_path, algorithm = "auto", windows_text;
+  uint64_t capacity = 0, round = 1, align = 1, granule = plan::kDefaultGranule;
+  double time_limit = 10;
+  int64_t period = 0, seed = 1, show_buffers = 20;
+  bool json = false, minimize = true, dump = false;
+  FlagParser flags(
+      "plan", "<instance.csv | plan> [options]",
+      "Plans a MiniMalloc CSV instance: one offset per buffer such that "
+      "buffers live at the same time never share a byte, with the lowest peak "
+      "found within the time limit (best fit, STAlloc memory layers, "
+      "lowest-first, an exact search for small hard instances, local search). "
+      "The plan is checked by the independent verifier. Given a plan file it "
+      "prints it.");
+  flags.AddPositional("input", &input, "instance (CSV) or plan file");
+  flags.AddString("output", &output, "write the plan file here (also -o)");
+  flags.AddString("offsets", &offsets_path,
+                  "write id,lower,upper,size,offset CSV here");
+  flags.AddSize("capacity", &capacity,
+                "the plan must fit in this many bytes (exit 1 if it cannot)");
+  flags.AddDouble("time-limit", &time_limit, "seconds to search (default 10)");
+  flags.AddBool("json", &json, "print JSON instead of a table");
+  flags.AddString("algorithm", &algorithm,
+                  "auto, best-fit, lowest-first, layers, exact, local-search");
+  flags.AddSize("round", &round, "round sizes up to a multiple (e.g. 512)");
+  flags.AddSize("align", &align, "align offsets to (a power of two)");
+  flags.AddSize("granule", &granule, "granule for physical accounting (2MiB)");
+  flags.AddBool("minimize", &minimize,
+                "keep lowering the peak after a fitting plan (default on)");
+  flags.AddInt("period", &period,
+               "cyclic plan: the instance is one iteration of this length");
+  flags.AddString("windows", &windows_text,
+                  "dynamic windows start:end[:name],... : store the idle "
+                  "static space of each in the plan");
+  flags.AddBool("dump", &dump, "print the plan in text form");
+  flags.AddInt("show-buffers", &show_buffers,
+               "buffers listed by the text form (0: all; default 20)");
+  flags.AddInt("seed", &seed, "local search seed");
+  if (std::optional<int> exit = flags.Parse(args)) return *exit;
+  auto fail = [](const Status& status) {
+    std::fprintf(stderr, "loom plan: %s\n", status.message().c_str());
+    return 1;
+  };
+
+  // Show mode.
+  {
+    std::FILE* file = std::fopen(input.c_str(), "rb");
+    char magic[8] = {};
+    const size_t got = file ? std::fread(magic, 1, sizeof(magic), file) : 0;
+    if (file) std::fclose(file);
+    if (got == sizeof(magic) &&
+        plan::LooksLikePlanFile(std::string_view(magic, sizeof(magic)))) {
+      StatusOr<plan::PlanFile> plan = plan::ReadPlanFile(input);
+      if (!plan.ok()) return fail(plan.status());
+      PrintShow(*plan, json, show_buffers);
+      return 0;
+    }
+  }
+
+  StatusOr<plan::InstanceInput> loaded = plan::ReadInstanceInput(input);
+  if (!loaded.ok()) return fail(loaded.status());
+  plan::Instance& instance = loaded->instance;
+  instance.period = period;
+  StatusOr<plan::Algorithm> parsed = plan::ParseAlgorithm(algorithm);
+  if (!parsed.ok()) return fail(parsed.status());
+  StatusOr<std::vector<plan::TimeWindow>> windows = ParseWindows(windows_text);
+  if (!windows.ok()) return fail(windows.status());
+
+  plan::PlannerOptions options;
+  options.algorithm = *parsed;
+  options.time_limit_seconds = time_limit;
+  options.capacity = capacity;
+  options.minimize = minimize;
+  options.size_round = round;
+  options.min_alignment = align;
+  options.granule_bytes = granule;
+  options.group = loaded->group;
+  options.seed = static_cast<uint64_t>(seed);
+  StatusOr<plan::PlanResult> result = plan::PlanInstance(instance, options);
+  if (!result.ok()) return fail(result.status());
+
+  // The plan file's view: reserved sizes, a region of whole granules.
+  StatusOr<plan::PlanFile> made =
+      plan::MakePlanFile(instance, *result, options, input, *windows);
+  if (!made.ok()) return fail(made.status().WithContext("--windows"));
+  const plan::PlanFile& file = *made;
+  // The planner verified its plan already; this check is the report's.
+  plan::VerifyOptions verify;
+  // (A plan over the capacity is reported as not fitting, not as invalid.)
+  verify.capacity = capacity != 0 && result->fits ? capacity : file.region_size;
+  verify.size_round = round;
+  verify.min_alignment = align;
+  const plan::Verdict verdict =
+      plan::VerifyPlacement(instance, result->offsets, verify);
+
+  if (!output.empty()) {
+    Status written = plan::WritePlanFile(output, file);
+    if (!written.ok()) return fail(written);
+  }
+  if (!offsets_path.empty()) {
+    Status written =
+        plan::WriteMinimallocCsv(offsets_path, instance, result->offsets);
+    if (!written.ok()) return fail(written);
+  }
+  const double ratio = result->lower_bound_bytes == 0
+                           ? 1.0
+                           : static_cast<double>(result->peak_bytes) /
+                                 static_cast<double>(result->lower_bound_bytes);
+  if (json) {
+    JsonWriter w(2);
+    w.BeginObject();
+    w.Key("input").String(input);
+    w.Key("buffers").Uint(instance.buffers.size());
+    w.Key("peak_bytes").Uint(result->peak_bytes);
+    w.Key("lower_bound_bytes").Uint(result->lower_bound_bytes);
+    w.Key("ratio").Double(ratio);
+    w.Key("peak_granules").Uint(result->peak_granules);
+    w.Key("granule_bytes").Uint(granule);
+    w.Key("region_bytes").Uint(file.region_size);
+    w.Key("seconds").Double(result->seconds);
+    w.Key("seconds_to_best").Double(result->seconds_to_best);
+    w.Key("valid").Bool(verdict.valid());
+    w.Key("algorithm").String(result->algorithm);
+    w.Key("optimal").Bool(result->optimal);
+    w.Key("capacity").Uint(capacity);
+    w.Key("fits").Bool(result->fits);
+    w.Key("capacity_infeasible").Bool(result->capacity_infeasible);
+    w.Key("attempts").BeginArray();
+    for (const plan::Attempt& a : result->attempts) {
+      w.BeginObject();
+      w.Key("algorithm").String(a.algorithm);
+      w.Key("peak_bytes").Uint(a.peak_bytes);
+      w.Key("seconds").Double(a.seconds);
+      if (!a.note.empty()) w.Key("note").String(a.note);
+      w.EndObject();
+    }
+    w.EndArray();
+    if (!file.dynamic_spaces.empty()) {
+      w.Key("dynamic_windows").BeginArray();
+      for (const plan::ReusableSpace& s : file.dynamic_spaces) {
+        w.BeginObject();
+        w.Key("start").Int(s.window.start);
+        w.Key("end").Int(s.window.end);
+        w.Key("name").String(s.window.name);
+        w.Key("idle_bytes").Uint(s.bytes());
+        w.Key("idle_granules").Uint(s.granule_count(granule));
+        w.EndObject();
+      }
+      w.EndArray();
+    }
+    w.EndObject();
+    std::printf("%s\n", w.str().c_str());
+  } else {
+    std::printf("input        %s (%zu buffers%s)\n", input.c_str(),
+                instance.buffers.size(),
+                period > 0 ? fmt::format(", period {}", period).c_str() : "");
+    std::printf("lower bound  %llu bytes (%s)\n",
+                static_cast<unsigned long long>(result->lower_bound_bytes),
+                FormatBytes(result->lower_bound_bytes).c_str());
+    std::printf("peak         %llu bytes (%s) = %.6f x lower bound%s\n",
+                static_cast<unsigned long long>(result->peak_bytes),
+                FormatBytes(result->peak_bytes).c_str(), ratio,
+                result->optimal ? ", optimal" : "");
+    std::printf("granules     %llu x %s touched at the peak\n",
+                static_cast<unsigned long long>(result->peak_granules),
+                FormatBytes(granule).c_str());
+    std::printf("algorithm    %s\n", result->algorithm.c_str());
+    std::printf("seconds      %.3f (plan found after %.3f)\n", result->seconds,
+                result->seconds_to_best);
+    std::printf("valid        %s\n", verdict.valid()
+                                         ? "yes (independent verifier)"
+                                         : verdict.message.c_str());
+    if (capacity != 0) {
+      std::printf("capacity     %llu bytes: %s\n",
+                  static_cast<unsigned long long>(capacity),
+                  result->fits ? "fits"
+                  : result->capacity_infeasible
+                      ? "does not fit (proved impossible)"
+                      : "does not fit (none found in the time limit)");
+    }
+    for (const plan::ReusableSpace& s : file.dynamic_spaces) {
+      std::printf(
+          "window       [%lld, %lld) %s: %s idle, %llu whole granules\n",
+          static_cast<long long>(s.window.start),
+          static_cast<long long>(s.window.end),
+          s.window.name.empty() ? "-" : s.window.name.c_str(),
+          FormatBytes(s.bytes()).c_str(),
+          static_cast<unsigned long long>(s.granule_count(granule)));
+    }
+    if (!output.empty()) std::printf("plan file    %s\n", output.c_str());
+  }
+  if (dump) {
+    std::fputs(
+        plan::FormatPlanText(file, static_cast<size_t>(show_buffers)).c_str(),
+        stdout);
+  }
+  if (!verdict.valid()) {
+    std::fprintf(stderr, "loom plan: the plan is invalid: %s\n",
+                 verdict.message.c_str());
+    return 1;
+  }
+  if (!result->fits) {
+    std::fprintf(stderr,
+                 "loom plan: does not fit in %llu bytes (best peak %llu)\n",
+                 static_cast<unsigned long long>(capacity),
+                 static_cast<unsigned long long>(result->peak_bytes));
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,120 @@
+"""`loom plan` and `loom verify` through the Python front end."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from loom import _paths
+
+README = "bench/data/minimalloc/examples/input.12.csv"
+CHALLENGING_C = "bench/data/minimalloc/challenging/C.1048576.csv"
+
+
+def _tool_or_skip():
+    try:
+        return _paths.loom_tool()
+    except _paths.NotBuiltError as error:
+        pytest.skip(f"loom_tool is not built: {error}")
+
+
+def run_loom(*args):
+    return subprocess.run([sys.executable, "-m", "loom", *map(str, args)],
+                          capture_output=True, text=True, check=False,
+                          cwd=_paths.REPO_ROOT,
+                          env={"PYTHONPATH": str(_paths.PACKAGE_DIR.parent)})
+
+
+def test_plan_writes_a_plan_and_offsets_that_verify(tmp_path):
+    _tool_or_skip()
+    plan, offsets = tmp_path / "r.plan", tmp_path / "r.csv"
+    result = run_loom("plan", README, "-o", plan, "--offsets", offsets, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["peak_bytes"] == 12
+    assert report["lower_bound_bytes"] == 12
+    assert report["buffers"] == 5
+    assert report["valid"] is True
+    assert report["optimal"] is True
+    assert report["algorithm"]
+    assert report["seconds"] >= 0
+    lines = offsets.read_text().splitlines()
+    assert lines[0] == "id,lower,upper,size,offset"
+    assert len(lines) == 6
+    for solution in (plan, offsets):
+        check = run_loom("verify", solution, README)
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert check.stdout.startswith("valid: 5 buffers, peak 12 bytes")
+
+
+def test_verify_names_a_planted_overlap(tmp_path):
+    _tool_or_skip()
+    offsets = tmp_path / "bad.csv"
+    # b4 lives [9, 21) and b5 [0, 21) at offset 0: b4 at 2 meets b5.
+    offsets.write_text("id,lower,upper,size,offset\n"
+                       "b1,0,3,4,8\nb2,3,9,4,8\nb3,0,9,4,4\n"
+                       "b4,9,21,4,2\nb5,0,21,4,0\n")
+    result = run_loom("verify", offsets, README, "--json")
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["valid"] is False
+    assert report["violation"] == (
+        "buffer 3 (id 3, 'b4') at [2, 6) and buffer 4 (id 4, 'b5') at [0, 4) "
+        "share bytes [2, 4) at time 9")
+
+
+def test_capacity_mode_and_show(tmp_path):
+    _tool_or_skip()
+    result = run_loom("plan", README, "--capacity", 11)
+    assert result.returncode == 1
+    assert "does not fit in 11 bytes" in result.stderr
+    plan = tmp_path / "c.plan"
+    result = run_loom("plan", CHALLENGING_C, "--capacity", "1048576",
+                      "--time-limit", 30, "-o", plan, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["fits"] is True
+    assert report["peak_bytes"] == 1039360  # C's lower bound
+    shown = run_loom("plan", plan)
+    assert shown.returncode == 0
+    assert "peak          1039360 bytes = 1.000000 x lower bound" in shown.stdout
+
+
+def test_corrupt_plan_is_rejected(tmp_path):
+    _tool_or_skip()
+    plan = tmp_path / "r.plan"
+    assert run_loom("plan", README, "-o", plan).returncode == 0
+    data = bytearray(plan.read_bytes())
+    data[-10] ^= 0xFF
+    plan.write_bytes(bytes(data))
+    result = run_loom("verify", plan, README)
+    assert result.returncode == 1
+    assert "checksum mismatch" in result.stderr
+    assert str(plan) in result.stderr
+
+
+def test_cyclic_plan_with_dynamic_windows(tmp_path):
+    _tool_or_skip()
+    plan = tmp_path / "cyclic.plan"
+    # Period 21: the README instance replayed; window [9, 21) named moe.
+    result = run_loom("plan", README, "--period", 21, "--windows",
+                      "9:21:moe,20:25", "--granule", 4, "-o", plan, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["valid"] is True
+    assert report["peak_bytes"] == 12
+    windows = report["dynamic_windows"]
+    assert [w["name"] for w in windows] == ["moe", ""]
+    # During [9, 21) only b4 and b5 are live: 4 of the region's 12 bytes
+    # (one 4-byte granule) are idle.
+    assert windows[0]["idle_bytes"] == 4
+    assert windows[0]["idle_granules"] == 1
+    # [20, 25) wraps to [0, 4): b4 ends at 21 and b1, b3, b5 live at 0-3.
+    assert windows[1]["idle_bytes"] == 0
+    check = run_loom("verify", plan, README, "--json")
+    assert check.returncode == 0, check.stdout
+    assert json.loads(check.stdout)["period"] == 21
+    bad = run_loom("plan", README, "--windows", "9:3")
+    assert bad.returncode == 1
+    assert "[9, 3) is empty or negative" in bad.stderr
