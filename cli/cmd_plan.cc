@@ -14,6 +14,7 @@
 #include "plan/minimalloc_csv.h"
 #include "plan/plan_file.h"
 #include "plan/planner.h"
+#include "plan/request_table.h"
 #include "plan/verifier.h"
 
 namespace loom::cli {
@@ -89,19 +90,25 @@ int RunPlan(const Args& raw_args) {
     args.push_back(arg == "-o" ? "--output" : arg);
   }
   std::string input, output, offsets_path, algorithm = "auto", windows_text;
-  uint64_t capacity = 0, round = 1, align = 1, granule = plan::kDefaultGranule;
+  // round/align 0: 512 for traces (a GPU tensor's address must be aligned),
+  // 1 for CSV instances.
+  uint64_t capacity = 0, round = 0, align = 0, granule = plan::kDefaultGranule;
   double time_limit = 10;
   int64_t period = 0, seed = 1, show_buffers = 20;
-  bool json = false, minimize = true, dump = false;
+  bool json = false, minimize = true, dump = false, persistent = true;
+  std::string scope = "auto";
+  int64_t steady_iteration = -1;
   FlagParser flags(
       "plan", "<instance.csv | plan> [options]",
-      "Plans a MiniMalloc CSV instance: one offset per buffer such that "
+      "Plans a MiniMalloc CSV instance or a loom trace (its steady-state "
+      "iteration, as a cyclic instance, with the request table the runtime "
+      "needs): one offset per buffer such that "
       "buffers live at the same time never share a byte, with the lowest peak "
       "found within the time limit (best fit, STAlloc memory layers, "
       "lowest-first, an exact search for small hard instances, local search). "
       "The plan is checked by the independent verifier. Given a plan file it "
       "prints it.");
-  flags.AddPositional("input", &input, "instance (CSV) or plan file");
+  flags.AddPositional("input", &input, "instance (CSV), trace, or plan file");
   flags.AddString("output", &output, "write the plan file here (also -o)");
   flags.AddString("offsets", &offsets_path,
                   "write id,lower,upper,size,offset CSV here");
@@ -111,8 +118,12 @@ int RunPlan(const Args& raw_args) {
   flags.AddBool("json", &json, "print JSON instead of a table");
   flags.AddString("algorithm", &algorithm,
                   "auto, best-fit, lowest-first, layers, exact, local-search");
-  flags.AddSize("round", &round, "round sizes up to a multiple (e.g. 512)");
-  flags.AddSize("align", &align, "align offsets to (a power of two)");
+  flags.AddSize(
+      "round", &round,
+      "round sizes up to a multiple (default: 512 for traces, 1 for CSV)");
+  flags.AddSize(
+      "align", &align,
+      "align offsets to a power of two (default: 512 for traces, 1 for CSV)");
   flags.AddSize("granule", &granule, "granule for physical accounting (2MiB)");
   flags.AddBool("minimize", &minimize,
                 "keep lowering the peak after a fitting plan (default on)");
@@ -125,6 +136,15 @@ int RunPlan(const Args& raw_args) {
   flags.AddInt("show-buffers", &show_buffers,
                "buffers listed by the text form (0: all; default 20)");
   flags.AddInt("seed", &seed, "local search seed");
+  flags.AddString("scope", &scope,
+                  "traces: auto (steady iteration if the trace has iteration "
+                  "markers, else the whole trace), iteration, or trace");
+  flags.AddInt("steady-iteration", &steady_iteration,
+               "traces, scope iteration: which iteration (default: the "
+               "analysis's choice)");
+  flags.AddBool("persistent", &persistent,
+                "traces: plan tensors allocated before the steady state that "
+                "stay live (default on; off when they already live elsewhere)");
   if (std::optional<int> exit = flags.Parse(args)) return *exit;
   auto fail = [](const Status& status) {
     std::fprintf(stderr, "loom plan: %s\n", status.message().c_str());
@@ -146,14 +166,28 @@ int RunPlan(const Args& raw_args) {
     }
   }
 
-  StatusOr<plan::InstanceInput> loaded = plan::ReadInstanceInput(input);
+  plan::InstanceInputOptions input_options;
+  StatusOr<plan::PlanScope> parsed_scope = plan::ParsePlanScope(scope);
+  if (!parsed_scope.ok()) return fail(parsed_scope.status());
+  input_options.scope = *parsed_scope;
+  input_options.steady_iteration = static_cast<int32_t>(steady_iteration);
+  input_options.include_persistent = persistent;
+  StatusOr<plan::InstanceInput> loaded =
+      plan::ReadInstanceInput(input, input_options);
   if (!loaded.ok()) return fail(loaded.status());
   plan::Instance& instance = loaded->instance;
-  instance.period = period;
+  const uint64_t default_unit = loaded->requests.has_value() ? 512 : 1;
+  if (round == 0) round = default_unit;
+  if (align == 0) align = default_unit;
+  // A trace brings its own period (its steady-state iteration).
+  if (period != 0 || !loaded->requests.has_value()) instance.period = period;
   StatusOr<plan::Algorithm> parsed = plan::ParseAlgorithm(algorithm);
   if (!parsed.ok()) return fail(parsed.status());
   StatusOr<std::vector<plan::TimeWindow>> windows = ParseWindows(windows_text);
   if (!windows.ok()) return fail(windows.status());
+  // A trace's dynamic modules give windows of their own.
+  windows->insert(windows->end(), loaded->windows.begin(),
+                  loaded->windows.end());
 
   plan::PlannerOptions options;
   options.algorithm = *parsed;
@@ -172,6 +206,10 @@ int RunPlan(const Args& raw_args) {
   StatusOr<plan::PlanFile> made =
       plan::MakePlanFile(instance, *result, options, input, *windows);
   if (!made.ok()) return fail(made.status().WithContext("--windows"));
+  // From a trace: the request table the runtime matches on.
+  if (loaded->requests.has_value()) {
+    made->extra.push_back(plan::EncodeRequestTable(*loaded->requests));
+  }
   const plan::PlanFile& file = *made;
   // The planner verified its plan already; this check is the report's.
   plan::VerifyOptions verify;
@@ -199,6 +237,12 @@ int RunPlan(const Args& raw_args) {
     JsonWriter w(2);
     w.BeginObject();
     w.Key("input").String(input);
+    if (!loaded->note.empty()) w.Key("derived").String(loaded->note);
+    if (loaded->requests.has_value()) {
+      w.Key("requests")
+          .Uint(loaded->requests->prologue.size() +
+                loaded->requests->iteration.size());
+    }
     w.Key("buffers").Uint(instance.buffers.size());
     w.Key("peak_bytes").Uint(result->peak_bytes);
     w.Key("lower_bound_bytes").Uint(result->lower_bound_bytes);
@@ -242,7 +286,12 @@ int RunPlan(const Args& raw_args) {
   } else {
     std::printf("input        %s (%zu buffers%s)\n", input.c_str(),
                 instance.buffers.size(),
-                period > 0 ? fmt::format(", period {}", period).c_str() : "");
+                instance.period > 0
+                    ? fmt::format(", period {}", instance.period).c_str()
+                    : "");
+    if (!loaded->note.empty()) {
+      std::printf("derived      %s\n", loaded->note.c_str());
+    }
     std::printf("lower bound  %llu bytes (%s)\n",
                 static_cast<unsigned long long>(result->lower_bound_bytes),
                 FormatBytes(result->lower_bound_bytes).c_str());

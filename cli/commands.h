@@ -24,6 +24,7 @@ struct Command {
 };
 
 int RunInfo(const Args& args);
+int RunReplay(const Args& args);
 int RunAnalyze(const Args& args);
 int RunCompare(const Args& args);
 int RunPlan(const Args& args);
@@ -32,6 +33,7 @@ int RunVerify(const Args& args);
 // The table main() dispatches on, in the order `loom_tool --help` lists them.
 inline constexpr Command kCommands[] = {
     {"info", "backend, devices, granularity, total and free memory", RunInfo},
+    {"replay", "run a trace through loom's run-time allocator", RunReplay},
     {"analyze", "lifetime classes, peaks and iterations of a trace or CSV",
      RunAnalyze},
     {"compare", "compare simulated allocators on a workload", RunCompare},

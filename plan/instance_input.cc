@@ -3,11 +3,37 @@
 #include <fstream>
 #include <sstream>
 
+#include "plan/analysis.h"
 #include "plan/minimalloc_csv.h"
+#include "plan/trace_binary.h"
+#include "plan/trace_io.h"
+#include "plan/workload.h"
 
 namespace loom::plan {
+namespace {
 
-StatusOr<InstanceInput> ReadInstanceInput(const std::string& path) {
+// A text trace: its first line that is neither blank nor a comment is the
+// magic line.
+bool LooksLikeTextTrace(std::string_view bytes) {
+  size_t pos = 0;
+  while (pos < bytes.size()) {
+    size_t end = bytes.find('\n', pos);
+    std::string_view line = bytes.substr(
+        pos, end == std::string_view::npos ? bytes.npos : end - pos);
+    size_t first = line.find_first_not_of(" \t\r");
+    if (first != std::string_view::npos && line[first] != '#') {
+      return line.substr(first).starts_with("loom-trace");
+    }
+    if (end == std::string_view::npos) break;
+    pos = end + 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+StatusOr<InstanceInput> ReadInstanceInput(const std::string& path,
+                                          const InstanceInputOptions& options) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError("{}: cannot open file", path);
   std::ostringstream text;
@@ -18,10 +44,34 @@ StatusOr<InstanceInput> ReadInstanceInput(const std::string& path) {
     return InvalidArgumentError(
         "{}: is a loom plan file, not an instance (MiniMalloc CSV)", path);
   }
-  if (bytes.starts_with("loom-trace")) {
-    return UnimplementedError(
-        "{}: loom traces are not planned directly yet; give a MiniMalloc CSV",
-        path);
+  if (bytes.starts_with(kBinaryTraceMagic) || LooksLikeTextTrace(bytes)) {
+    LOOM_ASSIGN_OR_RETURN(Trace trace, ParseTrace(bytes, path));
+    Workload workload = BuildWorkload(trace);
+    WorkloadAnalysis analysis = AnalyzeWorkload(workload);
+    PlanningProblemOptions problem_options;
+    problem_options.scope = options.scope;
+    problem_options.steady_iteration = options.steady_iteration;
+    problem_options.include_persistent = options.include_persistent;
+    StatusOr<PlanningProblem> problem =
+        BuildPlanningProblem(workload, analysis, problem_options);
+    if (!problem.ok()) return problem.status().WithContext(path);
+    InstanceInput input;
+    const std::string what =
+        problem->steady_iteration < 0
+            ? std::string("the whole trace as one iteration")
+            : fmt::format("steady-state iteration #{} of {} ({})",
+                          problem->steady_iteration, workload.iterations.size(),
+                          IterationSourceName(workload.iteration_source));
+    input.note = fmt::format(
+        "{}, events [{}, {}): {} buffers, {} prologue and {} "
+        "iteration requests",
+        what, problem->begin, problem->end, problem->instance.buffers.size(),
+        problem->requests.prologue.size(), problem->requests.iteration.size());
+    input.instance = std::move(problem->instance);
+    input.group = std::move(problem->phase_group);
+    input.requests = std::move(problem->requests);
+    input.windows = std::move(problem->windows);
+    return input;
   }
   LOOM_ASSIGN_OR_RETURN(CsvInstance csv, ParseMinimallocCsv(bytes, path));
   InstanceInput input;

@@ -5,6 +5,7 @@
 
 #include "plan/trace_io.h"
 #include "vmm/driver_factory.h"
+#include "vmm/plan_loader.h"
 
 namespace loom::plugin {
 namespace {
@@ -163,7 +164,7 @@ StatusOr<vmm::Allocator*> Runtime::AllocatorForLocked(int device) {
         uint64_t granularity,
         driver_->GetGranularity(device, vmm::Granularity::kMinimum));
     LOOM_ASSIGN_OR_RETURN(vmm::RuntimePlan plan,
-                          ReadRuntimePlan(settings_.plan, granularity));
+                          vmm::ReadRuntimePlan(settings_.plan, granularity));
     LOOM_RETURN_IF_ERROR(allocator->LoadPlan(std::move(plan)));
   }
   // Bring the new device up to the markers' current state.
@@ -212,7 +213,7 @@ Status Runtime::LoadPlan(int device, const std::string& path) {
                                            device, vmm::Granularity::kMinimum));
   }
   LOOM_ASSIGN_OR_RETURN(vmm::RuntimePlan plan,
-                        ReadRuntimePlan(path, granularity));
+                        vmm::ReadRuntimePlan(path, granularity));
   return allocator->LoadPlan(std::move(plan));
 }
 
@@ -325,16 +326,5 @@ Status Runtime::Shutdown() {
 
 void SetLastError(const Status& status) { last_error = status.ToString(); }
 const char* LastError() { return last_error.c_str(); }
-
-}  // namespace loom::plugin
-
-namespace loom::plugin {
-
-StatusOr<vmm::RuntimePlan> ReadRuntimePlan(const std::string& path,
-                                           uint64_t granularity) {
-  (void)granularity;
-  return UnimplementedError("{}: reading plan files lands with the planner",
-                            path);
-}
 
 }  // namespace loom::plugin

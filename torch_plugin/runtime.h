@@ -78,10 +78,6 @@ class Runtime {
   std::vector<std::unique_ptr<vmm::Allocator>> allocators_;  // by device
 };
 
-// Reads a plan file into the allocator's form.
-StatusOr<vmm::RuntimePlan> ReadRuntimePlan(const std::string& path,
-                                           uint64_t granularity);
-
 // The calling thread's last error message.
 void SetLastError(const Status& status);
 const char* LastError();

@@ -265,7 +265,7 @@ StatusOr<PageId> Allocator::Acquire(Stream stream, int64_t until) {
       PageId id = region_->page(k);
       Page& p = pool_.page(id);
       if (p.arena_granule != kNoGranule || p.static_users != 0) continue;
-      int64_t distance = region_->TimeToNextUse(k, now);
+      int64_t distance = region_->TimeToNextUse(k, now, matcher_->in_setup());
       if (distance <= best_distance || !StreamSafe(p, stream)) continue;
       best = id;
       best_distance = distance;

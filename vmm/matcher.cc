@@ -14,44 +14,47 @@ void Matcher::Advance() {
 }
 
 int64_t Matcher::now() const {
-  if (in_prologue_ || plan_.iteration.empty()) return 0;
-  return plan_.iteration[cursor_ % plan_.iteration.size()].start;
+  const std::vector<PlannedRequest>& seq = sequence();
+  if (seq.empty()) return 0;
+  return seq[cursor_ % seq.size()].start;
+}
+
+const PlannedRequest* Matcher::Find(const std::vector<PlannedRequest>& seq,
+                                    size_t& cursor, uint64_t size, int ahead,
+                                    int behind) {
+  for (int k = 0; k <= ahead && cursor + k < seq.size(); ++k) {
+    if (seq[cursor + k].size == size) {
+      cursor += k;
+      return &seq[cursor];
+    }
+  }
+  for (int k = 1; k <= behind && static_cast<size_t>(k) <= cursor; ++k) {
+    if (seq[cursor - k].size == size) {
+      cursor -= k;
+      return &seq[cursor];
+    }
+  }
+  return nullptr;
 }
 
 Matcher::Match Matcher::Next(uint64_t size) {
   Match match;
+  match.time = now();
   const std::vector<PlannedRequest>& seq = sequence();
   if (seq.empty()) return match;
-  match.time = now();
-  // Ahead (including the cursor itself), within the current sequence.
-  for (int k = 0; k <= kLookAhead && cursor_ + k < seq.size(); ++k) {
-    if (seq[cursor_ + k].size == size) {
-      cursor_ += k;
-      match.entry = &seq[cursor_];
-      match.prologue = in_prologue_;
-      if (!in_prologue_) match.time = match.entry->start;
-      Advance();
-      return match;
-    }
-  }
-  // Behind: an earlier resynchronisation skipped too far.
-  for (int k = 1; k <= kLookBehind && static_cast<size_t>(k) <= cursor_; ++k) {
-    if (seq[cursor_ - k].size == size) {
-      cursor_ -= k;
-      match.entry = &seq[cursor_];
-      match.prologue = in_prologue_;
-      if (!in_prologue_) match.time = match.entry->start;
-      Advance();
-      return match;
-    }
-  }
-  return match;  // an extra request: the cursor stays
+  match.entry = Find(seq, cursor_, size, kLookAhead, kLookBehind);
+  if (match.entry == nullptr)
+    return match;  // an extra request: the cursor stays
+  match.prologue = in_prologue_;
+  match.time = match.entry->start;
+  Advance();
+  return match;
 }
 
 void Matcher::IterationBegin() {
   ++iterations_seen_;
-  // Recorded iterations before the steady state are part of the prologue:
-  // the cursor keeps its place there until the steady state begins.
+  // Recorded early iterations are part of the prologue: the cursor keeps its
+  // place there until the steady state begins.
   if (in_prologue_ && iterations_seen_ <= plan_.prologue_iterations) return;
   JumpToIteration();
 }

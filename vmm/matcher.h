@@ -1,16 +1,17 @@
 // Matcher: routes each request to its plan entry, and resynchronises.
 //
-// The plan lists the requests of the prologue (before the steady state) and
-// of one steady-state iteration, in order. The matcher keeps a cursor in that
-// sequence and compares each incoming request's size with the entry under
-// the cursor. When they differ it looks a short way ahead (a request of the
-// plan did not come: skip it) and a short way back (an earlier skip was
-// wrong), so that an extra, missing or resized request costs that request
-// only, never the rest of the iteration (STAlloc's matcher never
-// resynchronises, so one extra request there shifts every later match).
-// Iteration markers jump the cursor to the start of the iteration's entries;
-// without markers the steady sequence simply repeats.
-// Not thread-safe: the allocator serialises access.
+// The plan lists the requests of the prologue (set-up and early iterations)
+// and of one steady-state iteration. The matcher keeps a cursor and compares
+// each incoming request's
+// size with the entry under the cursor. When they differ it looks a short
+// way ahead (a request of the plan did not come: skip it) and a short way
+// back (an earlier skip was wrong), so that an extra, missing or resized
+// request costs that request only, never the rest of the iteration
+// (STAlloc's matcher never resynchronises, so one extra request there shifts
+// every later match). The prologue is matched once; iteration markers after
+// the plan's early iterations restart the steady-state entries. Without
+// markers the prologue runs once and the iteration repeats. Not thread-safe:
+// the allocator serialises access.
 #ifndef LOOM_VMM_MATCHER_H_
 #define LOOM_VMM_MATCHER_H_
 
@@ -33,15 +34,15 @@ class Matcher {
 
   struct Match {
     const PlannedRequest* entry = nullptr;  // nullptr: no entry (a miss)
-    bool prologue = false;                  // entry is in the prologue
+    bool prologue = false;                  // the entry is the prologue's
     int64_t time = 0;                       // iteration time of the cursor
   };
   // Finds the entry for a request of `size` bytes and advances past it.
   Match Next(uint64_t size);
 
   // An iteration begins (as marked at run time). The first
-  // `plan.prologue_iterations` of them are part of the prologue; from the next
-  // one on, every iteration restarts the steady-state entries.
+  // `plan.prologue_iterations` are part of the prologue; from the next one
+  // on, every iteration restarts the steady-state entries.
   void IterationBegin();
   // Moves the cursor to the start of the steady-state iteration (used when a
   // plan is installed in the middle of a run).
@@ -50,6 +51,9 @@ class Matcher {
   // The plan's time at the cursor (for choosing pages that stay idle).
   int64_t now() const;
   bool in_prologue() const { return in_prologue_; }
+  // In the set-up, before any iteration: nothing of the iteration's
+  // schedule has begun.
+  bool in_setup() const { return in_prologue_ && iterations_seen_ == 0; }
 
  private:
   const std::vector<PlannedRequest>& sequence() const {
@@ -59,6 +63,11 @@ class Matcher {
   void Advance();
 
   const RuntimePlan& plan_;
+  // Looks for `size` in `seq` around `cursor` (ahead, then behind).
+  static const PlannedRequest* Find(const std::vector<PlannedRequest>& seq,
+                                    size_t& cursor, uint64_t size, int ahead,
+                                    int behind);
+
   bool in_prologue_;
   size_t cursor_ = 0;
   int64_t iterations_seen_ = 0;

@@ -85,12 +85,15 @@ TEST(MatcherTest, PrologueThenSteadyState) {
   plan.prologue_iterations = 1;  // the prologue holds one recorded iteration
   Matcher m(plan);
   EXPECT_TRUE(m.in_prologue());
-  m.IterationBegin();  // the recorded first iteration: still prologue
+  EXPECT_TRUE(m.in_setup());
   Matcher::Match a = m.Next(7);
   ASSERT_NE(a.entry, nullptr);
   EXPECT_TRUE(a.prologue);
   EXPECT_EQ(a.entry, &plan.prologue[0]);
-  EXPECT_NE(m.Next(8).entry, nullptr);
+  m.IterationBegin();  // the recorded early iteration: still the prologue
+  EXPECT_FALSE(m.in_setup());
+  EXPECT_TRUE(m.in_prologue());
+  EXPECT_EQ(m.Next(8).entry, &plan.prologue[1]);
   m.IterationBegin();  // the steady state
   EXPECT_FALSE(m.in_prologue());
   EXPECT_EQ(MatchAll(m, plan, {10, 20}), (std::vector<int>{0, 1}));

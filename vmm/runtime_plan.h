@@ -1,11 +1,12 @@
 // RuntimePlan: what the run-time allocator needs from an offline plan.
 //
-// A plan file (plan/plan_file.h) is converted into this plain structure by
-// the plugin layer; the allocator never parses files. The plan describes two
-// request sequences as they were recorded:
-//  - `prologue`: every allocation request before the steady state (model
-//    set-up, the first iterations), in order; only requests that stay live
-//    into the steady state (weights, optimizer state) carry an offset;
+// A plan file (plan/plan_file.h) is converted into this plain structure
+// (vmm/plan_loader.h); the allocator never parses files. The plan describes
+// the request sequences as they were recorded:
+//  - `prologue`: every request before the steady state, in order: the
+//    set-up and the early iterations; those that stay live into the steady
+//    state (weights, optimizer state) carry a persistent offset, those of
+//    early iterations the offset of their steady-state counterpart;
 //  - `iteration`: the requests of one steady-state iteration, in order,
 //    replayed every iteration (requests made inside dynamic modules are not
 //    part of the sequence: they always go to the dynamic space).

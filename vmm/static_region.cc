@@ -51,8 +51,11 @@ StatusOr<std::unique_ptr<StaticRegion>> StaticRegion::Create(
       visit(region->schedule_[k]);
     }
   };
+  // Persistent: prologue entries planned for the whole period.
   for (const PlannedRequest& r : plan.prologue) {
-    touch(r, [](Schedule& granule) { granule.persistent = true; });
+    if (plan.period > 0 && r.end - r.start >= plan.period) {
+      touch(r, [](Schedule& granule) { granule.persistent = true; });
+    }
   }
   for (const PlannedRequest& r : plan.iteration) {
     int64_t start = plan.period > 0 ? r.start % plan.period : r.start;
@@ -163,9 +166,11 @@ void StaticRegion::Release(uint64_t offset, uint64_t size, Stream stream) {
   occupied_bytes_ -= size;
 }
 
-int64_t StaticRegion::TimeToNextUse(uint32_t granule, int64_t now) const {
+int64_t StaticRegion::TimeToNextUse(uint32_t granule, int64_t now,
+                                    bool in_setup) const {
   const Schedule& g = schedule_[granule];
   if (g.persistent) return 0;
+  if (in_setup) return kNever;
   if (g.planned_starts.empty()) return kNever;
   if (period_ <= 0) return 0;
   now %= period_;

@@ -64,8 +64,10 @@ class StaticRegion {
 
   // Iteration time until `granule` is next planned to start being used,
   // seen from iteration time `now` (0 if a persistent request lives there;
-  // kNever if nothing is ever planned there).
-  int64_t TimeToNextUse(uint32_t granule, int64_t now) const;
+  // kNever if nothing is ever planned there). During the set-up (`in_setup`)
+  // no iteration has begun: only persistent granules count as used.
+  int64_t TimeToNextUse(uint32_t granule, int64_t now,
+                        bool in_setup = false) const;
 
   // Aborts if the byte bookkeeping is inconsistent.
   void CheckInvariants() const;

@@ -18,6 +18,7 @@ from loom import _paths
 # name -> one-line summary. Forwarded verbatim to loom_tool.
 FORWARDED = {
     "info": "backend, devices, granularity, total and free memory",
+    "replay": "run a trace through loom's run-time allocator",
     "analyze": "lifetime classes, peaks and iterations of a trace or CSV",
     "plan": "plan an instance (offsets per buffer) and write a plan file",
     "verify": "check a plan or offsets against an instance",

@@ -1,0 +1,184 @@
+// `loom replay`: runs a trace through loom's run-time allocator.
+#include <cstdio>
+
+#include "bench/loom/loom_sim_allocator.h"
+#include "bench/loom/self_plan.h"
+#include "bench/sim/replay.h"
+#include "bench/workloads/load.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "plan/base/json.h"
+#include "vmm/plan_loader.h"
+
+namespace loom::cli {
+
+int RunReplay(const Args& args) {
+  std::string input, plan_path, backend = "fake", scope = "auto";
+  bool self_plan = false, check_data = false, check_invariants = false,
+       json = false;
+  uint64_t granularity = uint64_t{2} << 20, capacity = 0;
+  double time_limit = 10;
+  FlagParser flags(
+      "replay",
+      "<trace|snapshot|csv|builtin:NAME> [--plan P | --self-plan] [options]",
+      "Replays a trace through loom's run-time allocator (the real one, on the "
+      "fake or host driver backend): with a plan (--plan, from `loom plan`; or "
+      "--self-plan to plan the trace first), planned requests are served from "
+      "the static region and the rest from the dynamic space; without one, "
+      "everything is served from the dynamic space (record mode). Reports "
+      "peak allocated/reserved bytes, efficiency, plan hits and misses, and "
+      "driver calls; --check-data (host backend) stamps every allocation with "
+      "a pattern of its own and verifies it at its free.");
+  flags.AddPositional("input", &input, "the workload");
+  flags.AddString("plan", &plan_path, "plan file to serve");
+  flags.AddBool("self-plan", &self_plan, "plan the trace first, in memory");
+  flags.AddString("scope", &scope,
+                  "with --self-plan: auto, iteration or trace");
+  flags.AddDouble("time-limit", &time_limit,
+                  "with --self-plan: planner seconds");
+  flags.AddString("backend", &backend, "fake (default) or host (real memory)");
+  flags.AddBool("check-data", &check_data,
+                "stamp and verify data (host backend)");
+  flags.AddBool("check-invariants", &check_invariants,
+                "check every invariant after every event (slow)");
+  flags.AddSize("granularity", &granularity,
+                "device granularity (default 2MiB)");
+  flags.AddSize("capacity", &capacity,
+                "device memory (default: 1 TiB fake, 80 GiB host)");
+  flags.AddBool("json", &json, "print JSON");
+  if (auto exit = flags.Parse(args)) return *exit;
+  auto fail = [](const Status& status) {
+    std::fprintf(stderr, "loom replay: %s\n", status.message().c_str());
+    return 1;
+  };
+  if (check_data && backend == "fake") backend = "host";
+  if (!plan_path.empty() && self_plan) {
+    return fail(InvalidArgumentError("give --plan or --self-plan, not both"));
+  }
+  StatusOr<bench::Workload> workload = bench::LoadWorkload(input);
+  if (!workload.ok()) return fail(workload.status());
+
+  bench::LoomSimOptions options;
+  options.backend = backend;
+  options.granularity = granularity;
+  options.capacity =
+      capacity != 0 ? capacity : (backend == "host" ? uint64_t{80} << 30 : 0);
+  options.check_data = check_data;
+  options.names = workload->trace.names;
+  std::string plan_note =
+      "none (record mode: everything from the dynamic space)";
+  double plan_seconds = 0;
+  if (!plan_path.empty()) {
+    StatusOr<vmm::RuntimePlan> plan =
+        vmm::ReadRuntimePlan(plan_path, granularity);
+    if (!plan.ok()) return fail(plan.status());
+    options.plan = std::move(plan).value();
+    plan_note = plan_path;
+  } else if (self_plan) {
+    bench::SelfPlanOptions plan_options;
+    StatusOr<plan::PlanScope> parsed = plan::ParsePlanScope(scope);
+    if (!parsed.ok()) return fail(parsed.status());
+    plan_options.scope = *parsed;
+    plan_options.time_limit_seconds = time_limit;
+    plan_options.granularity = granularity;
+    StatusOr<bench::SelfPlan> planned =
+        bench::PlanTraceForRuntime(workload->trace, plan_options);
+    if (!planned.ok()) return fail(planned.status().WithContext("planning"));
+    plan_note =
+        fmt::format("self-plan of the {} ({}, peak {} = {:.4f} x lower bound)",
+                    planned->note, planned->result.algorithm,
+                    FormatBytes(planned->result.peak_bytes),
+                    planned->result.lower_bound_bytes == 0
+                        ? 1.0
+                        : static_cast<double>(planned->result.peak_bytes) /
+                              planned->result.lower_bound_bytes);
+    plan_seconds = planned->result.seconds;
+    options.plan = std::move(planned->runtime);
+  }
+  StatusOr<std::unique_ptr<bench::LoomSimAllocator>> loom =
+      bench::LoomSimAllocator::Create(options);
+  if (!loom.ok()) return fail(loom.status());
+  bench::ReplayOptions replay_options;
+  replay_options.check_invariants = check_invariants;
+  replay_options.max_samples = 0;
+  StatusOr<bench::ReplayResult> result =
+      bench::Replay(workload->trace, **loom, replay_options);
+  if (!result.ok()) return fail(result.status());
+  const vmm::AllocatorStats stats = (*loom)->loom_stats();
+  uint64_t steady = 0;
+  bool has_steady = false;
+  for (const auto& [name, value] : result->counters) {
+    if (name == "steady_driver_calls") {
+      steady = value;
+      has_steady = true;
+    }
+  }
+  const uint64_t planned_requests = stats.plan_hits + stats.plan_misses;
+  const double hit_rate =
+      planned_requests == 0
+          ? 0.0
+          : static_cast<double>(stats.plan_hits) / planned_requests;
+  if (json) {
+    JsonWriter w(2);
+    w.BeginObject();
+    w.Key("input").String(input);
+    w.Key("plan").String(plan_note);
+    w.Key("backend").String(backend);
+    w.Key("events").Uint(result->events);
+    w.Key("allocs").Uint(result->allocs);
+    w.Key("peak_allocated_bytes").Uint(result->peak_requested);
+    w.Key("peak_reserved_bytes").Uint(result->peak_reserved);
+    w.Key("efficiency").Double(result->efficiency());
+    w.Key("fragmentation").Double(result->fragmentation());
+    w.Key("plan_hits").Uint(stats.plan_hits);
+    w.Key("plan_misses").Uint(stats.plan_misses);
+    w.Key("hit_rate").Double(hit_rate);
+    w.Key("unplanned").Uint(stats.unplanned);
+    w.Key("dynamic_requests").Uint(stats.dynamic_requests);
+    w.Key("driver_calls").Uint(result->driver_calls.total());
+    w.Key("driver_calls_by_kind").BeginObject();
+    for (const auto& [name, count] : result->driver_calls.Named())
+      w.Key(name).Uint(count);
+    w.EndObject();
+    if (has_steady) w.Key("steady_driver_calls").Uint(steady);
+    w.Key("corrupted").Uint((*loom)->corrupted());
+    w.Key("data_checked").Bool(check_data);
+    w.Key("oom").Bool(result->oom);
+    if (result->oom) w.Key("oom_message").String(result->oom_message);
+    w.Key("planning_seconds").Double(plan_seconds);
+    w.EndObject();
+    std::printf("%s\n", w.str().c_str());
+  } else {
+    std::printf("input          %s (%llu events, %llu allocations)\n",
+                input.c_str(), static_cast<unsigned long long>(result->events),
+                static_cast<unsigned long long>(result->allocs));
+    std::printf("plan           %s\n", plan_note.c_str());
+    std::printf("peak allocated %s\npeak reserved  %s\nefficiency     %.4f%%\n",
+                FormatBytes(result->peak_requested).c_str(),
+                FormatBytes(result->peak_reserved).c_str(),
+                100 * result->efficiency());
+    std::printf(
+        "plan hits      %llu, misses %llu (hit rate %.2f%%), unplanned %llu, "
+        "dynamic %llu\n",
+        static_cast<unsigned long long>(stats.plan_hits),
+        static_cast<unsigned long long>(stats.plan_misses), 100 * hit_rate,
+        static_cast<unsigned long long>(stats.unplanned),
+        static_cast<unsigned long long>(stats.dynamic_requests));
+    std::printf("driver calls   %llu",
+                static_cast<unsigned long long>(result->driver_calls.total()));
+    if (has_steady) {
+      std::printf(" (%llu in the last complete iteration)",
+                  static_cast<unsigned long long>(steady));
+    }
+    std::printf("\n");
+    if (check_data) {
+      std::printf("corrupted      %llu allocations\n",
+                  static_cast<unsigned long long>((*loom)->corrupted()));
+    }
+    if (result->oom)
+      std::printf("OUT OF MEMORY  %s\n", result->oom_message.c_str());
+  }
+  return (*loom)->corrupted() == 0 && !result->oom ? 0 : 1;
+}
+
+}  // namespace loom::cli

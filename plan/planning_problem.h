@@ -1,0 +1,99 @@
+// PlanningProblem: what the planner and the run-time matcher need from a
+// recorded workload (pure C++).
+//
+// From a Workload and its steady-state iteration k = [B, E) (period
+// P = E - B, times relative to B), with S the start of the first iteration:
+//  - the iteration sequence: every allocation made in k outside dynamic
+//    modules, in order; each becomes a buffer of the cyclic instance with
+//    lifetime [alloc - B, free - B), wrapping past P when it is freed in the
+//    next iteration, or [alloc - B, P) when it is never freed. An allocation
+//    that lives longer than a whole period cannot repeat every iteration in
+//    one plan: it stays unplanned (served by the dynamic space).
+//  - the prologue sequence: every allocation before B outside dynamic
+//    modules, in order: the set-up (before S) and the early iterations.
+//    Those that live through all of k (never freed, or freed at or after E:
+//    weights, optimizer state created by the first step) are persistent
+//    buffers [0, P). The others of an early iteration point at the buffer of
+//    their counterpart in k, found by aligning the two iterations' request
+//    sizes (a diff), so the early iterations are served from the plan too;
+//    the rest are unplanned.
+//  - dynamic windows: per module that allocated inside a dynamic module in
+//    k, the time window [first alloc, last free) relative to B, for the
+//    dynamic reusable space.
+// Buffer ids in the instance are their index. Request sizes are exact (the
+// runtime matches on them); the planner may round buffer sizes.
+#ifndef LOOM_PLAN_PLANNING_PROBLEM_H_
+#define LOOM_PLAN_PLANNING_PROBLEM_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/analysis.h"
+#include "plan/base/status.h"
+#include "plan/granules.h"
+#include "plan/instance.h"
+#include "plan/workload.h"
+
+namespace loom::plan {
+
+// One request of a sequence the runtime replays.
+struct RequestRef {
+  uint64_t size = 0;    // exact requested bytes
+  int64_t buffer = -1;  // index into the instance's buffers; -1: unplanned
+  int64_t start = 0;    // iteration time of the request (prologue: 0)
+  int64_t end = 0;      // iteration time of its free (may exceed the period)
+  friend bool operator==(const RequestRef&, const RequestRef&) = default;
+};
+
+// The sequences the runtime matcher replays (plan file section REQS).
+struct RequestTable {
+  int64_t prologue_iterations = 0;  // early iterations before the steady one
+  std::vector<RequestRef> prologue;
+  std::vector<RequestRef> iteration;
+  friend bool operator==(const RequestTable&, const RequestTable&) = default;
+};
+
+struct PlanningProblem {
+  Instance instance;  // cyclic (period P) unless the iteration is empty
+  RequestTable requests;
+  int32_t steady_iteration = -1;  // index into Workload::iterations; -1: whole
+  int64_t begin = 0;              // the planned span of the trace [begin, end)
+  int64_t end = 0;
+  std::vector<TimeWindow> windows;  // dynamic modules, one per module name
+  // Per buffer, a key of its (alloc phase, free phase) pair, for STAlloc's
+  // same-phase groups (PlannerOptions::group).
+  std::vector<uint32_t> phase_group;
+};
+
+enum class PlanScope : uint8_t {
+  kAuto,       // kIteration when the trace has iteration markers, else kTrace
+  kIteration,  // the steady-state iteration, repeated (cyclic)
+  kTrace,      // the whole trace as one iteration (a one-step snapshot)
+};
+
+// "auto", "iteration", "trace".
+StatusOr<PlanScope> ParsePlanScope(std::string_view text);
+
+struct PlanningProblemOptions {
+  // Marker-free traces are usually one-step snapshots, whose layer-level
+  // repetition must not be taken for iterations: kAuto plans them whole.
+  PlanScope scope = PlanScope::kAuto;
+  // Which iteration is the steady state (index into Workload::iterations);
+  // -1: the analysis's choice, else the last one. kIteration only.
+  int32_t steady_iteration = -1;
+  // Plan the persistent prologue buffers (weights, optimizer state). False
+  // when they were already allocated elsewhere (auto mode switches to a plan
+  // after recording, when those tensors already live in the dynamic space).
+  bool include_persistent = true;
+};
+
+// Errors: INVALID_ARGUMENT when the workload has no allocation outside
+// dynamic modules, or the requested iteration does not exist.
+StatusOr<PlanningProblem> BuildPlanningProblem(
+    const Workload& workload, const WorkloadAnalysis& analysis,
+    const PlanningProblemOptions& options = {});
+
+}  // namespace loom::plan
+
+#endif  // LOOM_PLAN_PLANNING_PROBLEM_H_
