@@ -12,6 +12,7 @@
 #include "bench/compare/compare.h"
 #include "bench/sim/caching_config.h"
 #include "bench/workloads/load.h"
+#include "bench/loom/loom_factory.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 
@@ -44,6 +45,7 @@ int RunCompare(const Args& args) {
   double reuse_limit = 10.0;
   int64_t samples = 4000;
   bool check = false;
+  double loom_time_limit = 10;
   std::string builtins;
   for (const std::string& name : bench::BuiltinWorkloadNames()) {
     builtins += (builtins.empty() ? "builtin:" : ", builtin:") + name;
@@ -52,12 +54,16 @@ int RunCompare(const Args& args) {
       "compare", "<input> [options]",
       "Replays a workload through simulated baseline allocators (PyTorch's "
       "CUDA caching allocator as of 2.11, the same with "
-      "expandable_segments:True, a GMLake-style stitcher) and compares peak "
-      "allocated and reserved memory, efficiency (peak allocated / peak "
-      "reserved), fragmentation and driver calls.\n<input> is a MiniMalloc "
-      "CSV or one of " +
+      "expandable_segments:True, a GMLake-style stitcher) and through loom's "
+      "own run-time allocator (on the fake driver; `loom` plans the trace "
+      "first, `loom_unplanned` serves everything from its dynamic space), and "
+      "compares peak allocated and reserved memory, efficiency (peak "
+      "allocated / peak reserved), fragmentation and driver calls.\n<input> "
+      "is a loom trace, a PyTorch snapshot (converted by the front end), a "
+      "MiniMalloc CSV or one of " +
           builtins + " (options: builtin:moe:layers=4,seed=7).");
-  flags.AddPositional("input", &input, "workload: CSV path or builtin:<name>");
+  flags.AddPositional("input", &input,
+                      "workload: trace, snapshot, CSV path or builtin:<name>");
   flags.AddBool("json", &json, "print a JSON list of rows instead of a table");
   flags.AddString("series", &series,
                   "write memory-over-time samples of every allocator (CSV)");
@@ -70,7 +76,9 @@ int RunCompare(const Args& args) {
                   "PyTorch rules to follow: 2.4, 2.5, 2.6 .. 2.11 (default)");
   flags.AddString("allocators", &allocators,
                   "comma-separated subset of pytorch,pytorch_expandable,"
-                  "gmlake (default: all)");
+                  "gmlake,loom,loom_unplanned (default: all)");
+  flags.AddDouble("loom-time-limit", &loom_time_limit,
+                  "seconds loom's planner may search (default 10)");
   flags.AddSize("frag-limit", &frag_limit,
                 "gmlake: stitch requests of at least this size (512MiB)");
   flags.AddDouble("reuse-limit", &reuse_limit,
@@ -115,6 +123,10 @@ int RunCompare(const Args& args) {
 
   std::vector<bench::AllocatorFactory> factories =
       bench::BaselineAllocators(options);
+  bench::SelfPlanOptions loom_options;
+  loom_options.time_limit_seconds = loom_time_limit;
+  factories.push_back(bench::LoomAllocatorFactory(loom_options, /*plan=*/true));
+  factories.push_back(bench::LoomAllocatorFactory(loom_options, /*plan=*/false));
   if (!allocators.empty()) {
     std::vector<std::string> wanted = SplitList(allocators);
     std::vector<bench::AllocatorFactory> chosen;
@@ -124,7 +136,7 @@ int RunCompare(const Args& args) {
       if (it == factories.end()) {
         std::fprintf(stderr,
                      "loom compare: unknown allocator '%s' (pytorch, "
-                     "pytorch_expandable, gmlake)\n",
+                     "pytorch_expandable, gmlake, loom, loom_unplanned)\n",
                      name.c_str());
         return 2;
       }

@@ -1,0 +1,19 @@
+// loom's row of `loom compare`: plans the trace (self_plan.h), then replays
+// it through loom's real run-time allocator on the fake driver
+// (loom_sim_allocator.h). Planning time, plan hits and misses come back as
+// the row's counters.
+#ifndef LOOM_BENCH_LOOM_LOOM_FACTORY_H_
+#define LOOM_BENCH_LOOM_LOOM_FACTORY_H_
+
+#include "bench/compare/compare.h"
+#include "bench/loom/self_plan.h"
+
+namespace loom::bench {
+
+// The factory of the "loom" row. With plan = false the row is loom without a
+// plan (record mode: everything from the dynamic space).
+AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options, bool plan = true);
+
+}  // namespace loom::bench
+
+#endif  // LOOM_BENCH_LOOM_LOOM_FACTORY_H_
