@@ -46,6 +46,7 @@ int RunCompare(const Args& args) {
   int64_t samples = 4000;
   bool check = false;
   double loom_time_limit = 10;
+  std::string loom_plan_csv;
   std::string builtins;
   for (const std::string& name : bench::BuiltinWorkloadNames()) {
     builtins += (builtins.empty() ? "builtin:" : ", builtin:") + name;
@@ -79,6 +80,8 @@ int RunCompare(const Args& args) {
                   "gmlake,loom,loom_unplanned (default: all)");
   flags.AddDouble("loom-time-limit", &loom_time_limit,
                   "seconds loom's planner may search (default 10)");
+  flags.AddString("loom-plan-csv", &loom_plan_csv,
+                  "write loom's plan (id,lower,upper,size,offset) here");
   flags.AddSize("frag-limit", &frag_limit,
                 "gmlake: stitch requests of at least this size (512MiB)");
   flags.AddDouble("reuse-limit", &reuse_limit,
@@ -125,7 +128,8 @@ int RunCompare(const Args& args) {
       bench::BaselineAllocators(options);
   bench::SelfPlanOptions loom_options;
   loom_options.time_limit_seconds = loom_time_limit;
-  factories.push_back(bench::LoomAllocatorFactory(loom_options, /*plan=*/true));
+  factories.push_back(
+      bench::LoomAllocatorFactory(loom_options, /*plan=*/true, loom_plan_csv));
   factories.push_back(bench::LoomAllocatorFactory(loom_options, /*plan=*/false));
   if (!allocators.empty()) {
     std::vector<std::string> wanted = SplitList(allocators);

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "bench/loom/loom_sim_allocator.h"
+#include "plan/minimalloc_csv.h"
 
 namespace loom::bench {
 namespace {
@@ -40,10 +41,11 @@ class PlannedLoom final : public SimAllocator {
 
 }  // namespace
 
-AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options, bool plan) {
+AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options, bool plan,
+                                      std::string plan_csv) {
   return AllocatorFactory{
       plan ? "loom" : "loom_unplanned",
-      [options, plan](const plan::Trace& trace,
+      [options, plan, plan_csv](const plan::Trace& trace,
                       const SimOptions& sim) -> StatusOr<std::unique_ptr<SimAllocator>> {
         LoomSimOptions loom;
         loom.backend = "fake";
@@ -61,6 +63,10 @@ AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options, bool plan)
           extra = {{"planning_ms", static_cast<uint64_t>(ms)},
                    {"plan_peak_bytes", planned->result.peak_bytes},
                    {"plan_lower_bound_bytes", planned->result.lower_bound_bytes}};
+          if (!plan_csv.empty()) {
+            LOOM_RETURN_IF_ERROR(plan::WriteMinimallocCsv(plan_csv, planned->instance,
+                                                          planned->result.offsets));
+          }
           loom.plan = std::move(planned->runtime);
         }
         LOOM_ASSIGN_OR_RETURN(std::unique_ptr<LoomSimAllocator> inner,

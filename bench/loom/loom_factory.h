@@ -11,8 +11,11 @@
 namespace loom::bench {
 
 // The factory of the "loom" row. With plan = false the row is loom without a
-// plan (record mode: everything from the dynamic space).
-AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options, bool plan = true);
+// plan (record mode: everything from the dynamic space). With a non-empty
+// `plan_csv`, the plan's buffers and offsets are written there
+// (id,lower,upper,size,offset) for the plan picture.
+AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options, bool plan = true,
+                                      std::string plan_csv = "");
 
 }  // namespace loom::bench
 

@@ -33,6 +33,7 @@ StatusOr<SelfPlan> PlanTraceForRuntime(const plan::Trace& trace,
   file.extra.push_back(plan::EncodeRequestTable(problem.requests));
   LOOM_ASSIGN_OR_RETURN(
       out.runtime, vmm::ToRuntimePlan(file, "self-plan", options.granularity));
+  out.instance = std::move(problem.instance);
   out.note =
       problem.steady_iteration < 0
           ? "whole trace"

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "plan/base/status.h"
+#include "plan/instance.h"
 #include "plan/planner.h"
 #include "plan/planning_problem.h"
 #include "plan/trace.h"
@@ -22,7 +23,8 @@ struct SelfPlanOptions {
 
 struct SelfPlan {
   vmm::RuntimePlan runtime;
-  plan::PlanResult result;  // figures of the planner run
+  plan::Instance instance;  // the planned instance (for pictures)
+  plan::PlanResult result;  // figures and offsets of the planner run
   std::string note;         // which part of the trace was planned
 };
 

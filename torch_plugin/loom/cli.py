@@ -26,6 +26,8 @@ FORWARDED = {
 
 # Subcommands implemented in Python: name -> (summary, module, function).
 PYTHON_COMMANDS = {
+    "demo": ("compare allocators on the embedded workloads (tables + plots)",
+             "loom.demo", "main"),
     "import": ("PyTorch memory snapshot pickle -> loom text trace",
                "loom.snapshot_cli", "run_import"),
     "export-snapshot": ("loom text trace -> snapshot pickle for memory_viz",
@@ -40,9 +42,7 @@ WRAPPED = {
 }
 
 # Subcommands that exist but whose work has not landed yet.
-NOT_YET = {
-    "demo": "compare allocators on the embedded workloads (table + plot)",
-}
+NOT_YET = {}
 
 # Subcommands handled by the ./loom launcher script, listed for --help.
 LAUNCHER_ONLY = {

@@ -199,6 +199,48 @@ def _positional(args):
     return None
 
 
+def read_plan_csv(path):
+    """(lower, upper, size, offset) per buffer of a plan CSV, or [] if none."""
+    import csv
+    rows = []
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                rows.append((int(row["lower"]), int(row["upper"]),
+                             int(row["size"]), int(row["offset"])))
+    except (OSError, KeyError, ValueError):
+        return []
+    return rows
+
+
+def plan_panel(buffers, max_boxes=20000):
+    """A panel drawer: loom's plan as a time x address map (one box per
+    buffer: its lifetime across, its bytes up), the largest buffers first
+    when there are too many to draw."""
+    def draw(ax):
+        from matplotlib.collections import PolyCollection
+        boxes = sorted(buffers, key=lambda b: -(b[1] - b[0]) * b[2])[:max_boxes]
+        top = max((b[3] + b[2] for b in boxes), default=1)
+        unit, scale = _unit(top)
+        verts, colours = [], []
+        palette = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3",
+                   "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
+        for n, (lower, upper, size, offset) in enumerate(boxes):
+            y0, y1 = offset / scale, (offset + size) / scale
+            verts.append([(lower, y0), (upper, y0), (upper, y1), (lower, y1)])
+            colours.append(palette[n % len(palette)])
+        ax.add_collection(PolyCollection(verts, facecolors=colours,
+                                         edgecolors="white", linewidths=0.2))
+        ax.set_xlim(min((b[0] for b in boxes), default=0),
+                    max((b[1] for b in boxes), default=1))
+        ax.set_ylim(0, top / scale * 1.02)
+        ax.set_ylabel(unit)
+        ax.set_xlabel("time (trace event, relative to the planned span)")
+        ax.set_title(f"loom's plan: {len(buffers)} buffers placed in "
+                     f"{top / scale:.2f} {unit} (time x address)", loc="left")
+    return draw
+
+
 def run(args, run_tool):
     """`loom compare [loom_tool options] [--plot out.png]`."""
     try:
@@ -214,13 +256,16 @@ def run(args, run_tool):
     if any(a in ("-h", "--help") for a in args):
         return run_tool(["compare", *args])
     temporary = None
+    handle, plan_csv = tempfile.mkstemp(prefix="loom-plan-", suffix=".csv")
+    os.close(handle)
     if series_path is None:
         handle, temporary = tempfile.mkstemp(prefix="loom-series-",
                                              suffix=".csv")
         os.close(handle)
         series_path = temporary
     try:
-        code = run_tool(["compare", *args, "--series", series_path])
+        code = run_tool(["compare", *args, "--series", series_path,
+                         "--loom-plan-csv", plan_csv])
         if code != 0:
             return code
         try:
@@ -231,7 +276,9 @@ def run(args, run_tool):
         workload = _positional(args)
         title = f"memory over time: {workload}" if workload else "memory over time"
         try:
-            plot_series(series, plot_path, title)
+            buffers = read_plan_csv(plan_csv)
+            panels = [plan_panel(buffers)] if buffers else []
+            plot_series(series, plot_path, title, extra_panels=panels)
         except OSError as error:
             print(f"loom compare: cannot write {plot_path}: {error.strerror}",
                   file=sys.stderr)
@@ -239,5 +286,6 @@ def run(args, run_tool):
         print(f"loom compare: plot written to {plot_path}", file=sys.stderr)
         return 0
     finally:
-        if temporary is not None and os.path.exists(temporary):
-            os.unlink(temporary)
+        for path in (temporary, plan_csv):
+            if path is not None and os.path.exists(path):
+                os.unlink(path)

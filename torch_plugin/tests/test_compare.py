@@ -41,7 +41,7 @@ def test_json_rows_have_the_documented_keys_and_hand_checked_values():
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert [r["allocator"] for r in rows] == [
-        "pytorch", "pytorch_expandable", "gmlake"]
+        "pytorch", "pytorch_expandable", "gmlake", "loom", "loom_unplanned"]
     for row in rows:
         assert ROW_KEYS <= set(row), row.keys()
         # Five 4-byte buffers, at most three live: 12 bytes. Each allocator
@@ -53,6 +53,9 @@ def test_json_rows_have_the_documented_keys_and_hand_checked_values():
         assert row["oom"] is False
     assert rows[0]["driver_calls"]["cudaMalloc"] == 1
     assert rows[1]["driver_calls"]["total"] == 4  # reserve, create, map, access
+    # loom: the plan is exact (12 bytes in one granule), every request hits.
+    assert rows[3]["counters"]["plan_hits"] == 5
+    assert rows[3]["counters"]["plan_misses"] == 0
 
 
 def test_plot_writes_a_real_png_and_keeps_stdout_clean(tmp_path):
@@ -62,7 +65,7 @@ def test_plot_writes_a_real_png_and_keeps_stdout_clean(tmp_path):
                    "--plot", out)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)  # the plot message goes to stderr
-    assert len(rows) == 3
+    assert len(rows) == 5
     assert "plot written" in result.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out.stat().st_size > 30_000
@@ -79,7 +82,8 @@ def test_plot_keeps_a_series_the_user_asked_for(tmp_path):
                    tmp_path / "x.png")
     assert result.returncode == 0, result.stderr
     data = compare_plot.read_series(series)
-    assert list(data) == ["pytorch", "pytorch_expandable", "gmlake"]
+    assert list(data) == ["pytorch", "pytorch_expandable", "gmlake", "loom",
+                          "loom_unplanned"]
     assert max(data["pytorch"]["requested_bytes"]) == 12
 
 
