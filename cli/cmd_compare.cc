@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "bench/compare/compare.h"
+#include "bench/loom/loom_factory.h"
 #include "bench/sim/caching_config.h"
 #include "bench/workloads/load.h"
-#include "bench/loom/loom_factory.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 
@@ -130,7 +130,8 @@ int RunCompare(const Args& args) {
   loom_options.time_limit_seconds = loom_time_limit;
   factories.push_back(
       bench::LoomAllocatorFactory(loom_options, /*plan=*/true, loom_plan_csv));
-  factories.push_back(bench::LoomAllocatorFactory(loom_options, /*plan=*/false));
+  factories.push_back(
+      bench::LoomAllocatorFactory(loom_options, /*plan=*/false));
   if (!allocators.empty()) {
     std::vector<std::string> wanted = SplitList(allocators);
     std::vector<bench::AllocatorFactory> chosen;

@@ -1,6 +1,7 @@
 #include "plan/planning_problem.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 #include "plan/periodicity.h"
@@ -136,19 +137,25 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
       if (a.alloc_time >= early.end || a.alloc_time >= begin) break;
       if (!a.dynamic) allocs.push_back(&a);
     }
+    // Align only what dies within the run of iterations: a persistent
+    // allocation (e.g. optimizer state made by the first step) must not take
+    // the place of the steady request of the same size it sits next to.
     std::vector<uint64_t> sizes;
-    for (const Allocation* a : allocs) sizes.push_back(a->size);
+    std::vector<size_t> aligned_index(allocs.size(), SIZE_MAX);
+    for (size_t n = 0; n < allocs.size(); ++n) {
+      if (persistent(*allocs[n])) continue;
+      aligned_index[n] = sizes.size();
+      sizes.push_back(allocs[n]->size);
+    }
     Alignment alignment = AlignSequences(sizes, steady_sizes);
     for (size_t n = 0; n < allocs.size(); ++n) {
       const Allocation& a = *allocs[n];
       RequestRef ref{a.size, -1, 0, 0};
       if (persistent(a)) {
-        // Lives on (e.g. optimizer state made by the first step): never the
-        // slot of a steady request that dies, whatever the alignment says.
         take_persistent(a, ref);
-      } else if (alignment.a_to_b[n] >= 0) {
+      } else if (alignment.a_to_b[aligned_index[n]] >= 0) {
         const RequestRef& twin =
-            problem.requests.iteration[alignment.a_to_b[n]];
+            problem.requests.iteration[alignment.a_to_b[aligned_index[n]]];
         ref.buffer = twin.buffer;
         ref.start = twin.start;
         ref.end = twin.end;

@@ -239,12 +239,58 @@ bool Allocator::StreamSafeSlow(Page& page, Stream) {
   return done;
 }
 
-bool Allocator::Usable(PageId id, Stream stream) {
+int64_t Allocator::Needed(int64_t until) const {
+  // Unknown lifetime (an extra request): it may live for ever, and a static
+  // page lent for ever would make its planned owner miss every iteration.
+  // Only granules the plan never uses qualify.
+  if (until < 0) return StaticRegion::kNever;
+  return std::max<int64_t>(until - matcher_->now(), 0);
+}
+
+bool Allocator::Lendable(uint32_t k, int64_t needed) const {
+  return region_->TimeToNextUse(k, matcher_->now(), matcher_->in_setup()) >=
+         needed;
+}
+
+bool Allocator::Usable(PageId id, Stream stream, int64_t until) {
   Page& page = pool_.page(id);
-  return page.static_users == 0 && StreamSafe(page, stream);
+  if (page.static_users != 0) return false;
+  // A static page cached in the arena: only as long as its schedule allows,
+  // or its planned owner would find it taken. The pages reserved for the
+  // request being served are always fine.
+  if (page.static_granule != kNoGranule && region_ != nullptr &&
+      std::find(preferred_pages_.begin(), preferred_pages_.end(), id) ==
+          preferred_pages_.end() &&
+      !Lendable(page.static_granule, Needed(until))) {
+    return false;
+  }
+  return StreamSafe(page, stream);
+}
+
+void Allocator::PreferPagesOf(const PlannedRequest& entry) {
+  preferred_pages_.clear();
+  const uint64_t g = granularity_;
+  const uint64_t begin = static_cast<uint64_t>(entry.offset);
+  const uint64_t end = begin + entry.size;
+  // Only granules the entry covers whole: its edges may be shared.
+  for (uint64_t k = (begin + g - 1) / g; (k + 1) * g <= end; ++k) {
+    if (k < region_->granule_count()) {
+      preferred_pages_.push_back(region_->page(static_cast<uint32_t>(k)));
+    }
+  }
 }
 
 StatusOr<PageId> Allocator::Acquire(Stream stream, int64_t until) {
+  // 0. The pages the plan reserved for the request being served.
+  while (!preferred_pages_.empty()) {
+    PageId id = preferred_pages_.back();
+    preferred_pages_.pop_back();
+    Page& p = pool_.page(id);
+    if (p.arena_granule == kNoGranule && p.static_users == 0 &&
+        StreamSafe(p, stream)) {
+      return id;
+    }
+  }
   // 1. A spare page: in the pool, mapped nowhere.
   for (PageId id = 0; id < pool_.slots(); ++id) {
     Page& p = pool_.page(id);
@@ -258,9 +304,7 @@ StatusOr<PageId> Allocator::Acquire(Stream stream, int64_t until) {
   int64_t best_distance = -1;
   if (region_ != nullptr) {
     const int64_t now = matcher_->now();
-    const int64_t period = plan_->period;
-    int64_t needed = until >= 0 ? std::max<int64_t>(until - now, 0)
-                                : std::max<int64_t>(period / 8, 1);
+    const int64_t needed = Needed(until);
     for (uint32_t k = 0; k < region_->granule_count(); ++k) {
       PageId id = region_->page(k);
       Page& p = pool_.page(id);
@@ -278,7 +322,15 @@ StatusOr<PageId> Allocator::Acquire(Stream stream, int64_t until) {
     UpdateReserved();
     return grown;
   }
-  // 4. Any idle static page: its planned owner may have to go elsewhere.
+  // Out of memory (cap or device). 4. A spare page cached idle in another
+  // arena granule: remapping costs driver calls (so it comes after growing,
+  // which a repeating workload stops needing once warm).
+  StatusOr<PageId> reclaimed = arena_->ReclaimIdle([&](PageId id) {
+    Page& p = pool_.page(id);
+    return p.static_granule == kNoGranule && StreamSafe(p, stream);
+  });
+  if (reclaimed.ok()) return reclaimed;
+  // 5. Any idle static page: its planned owner may have to go elsewhere.
   if (best != kNoPage) return best;
   return grown.status();
 }
@@ -329,8 +381,12 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       } else {
         ++stats_.plan_misses;
         ++iteration_misses_;
+        // The entry's own pages are idle for the lifetime this request takes
+        // over (the plan reserved them for it): map them first.
+        PreferPagesOf(*match.entry);
         ptr = AllocateInArena(size, stream,
                               match.prologue ? -1 : match.entry->end);
+        preferred_pages_.clear();
       }
     }
   } else {

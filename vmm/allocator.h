@@ -121,7 +121,7 @@ class Allocator : public Arena::PagePolicy {
   void CheckInvariants() const;
 
   // Arena::PagePolicy (called with mu_ held).
-  bool Usable(PageId page, Stream stream) override;
+  bool Usable(PageId page, Stream stream, int64_t until) override;
   StatusOr<PageId> Acquire(Stream stream, int64_t until) override;
 
  private:
@@ -146,6 +146,13 @@ class Allocator : public Arena::PagePolicy {
   // The planned range if it can be handed out now (the safety check).
   std::optional<DevicePtr> TryStatic(const PlannedRequest& entry, uint64_t size,
                                      Stream stream);
+  // Iteration time still needed from a static page for a request expected
+  // to end at `until` (-1: unknown: StaticRegion::kNever).
+  int64_t Needed(int64_t until) const;
+  // True if static granule `k` may be lent for that long.
+  bool Lendable(uint32_t k, int64_t needed) const;
+  // Makes Acquire offer the pages of `entry`'s planned range first.
+  void PreferPagesOf(const PlannedRequest& entry);
   StatusOr<DevicePtr> AllocateInArena(uint64_t size, Stream stream,
                                       int64_t until);
   void FinishFree(DevicePtr ptr, const Allocation& allocation);
@@ -180,6 +187,7 @@ class Allocator : public Arena::PagePolicy {
   std::vector<PendingFree> pending_;
   std::vector<Event> idle_events_;
   std::vector<std::pair<Stream, bool>> stream_checks_;  // per call
+  std::vector<PageId> preferred_pages_;                 // per call
   std::vector<std::string> dynamic_modules_;            // open dynamic modules
   const DynamicWindow* window_ = nullptr;               // of the innermost one
   uint64_t next_request_id_ = 1;

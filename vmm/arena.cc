@@ -65,7 +65,8 @@ void Arena::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
 }
 
 Arena::Candidate Arena::Examine(uint64_t block, uint64_t bsize, uint64_t size,
-                                Stream stream, PagePolicy& policy) const {
+                                Stream stream, int64_t until,
+                                PagePolicy& policy) const {
   Candidate c;
   uint64_t position = block;
   while (position + size <= block + bsize) {
@@ -77,7 +78,7 @@ Arena::Candidate Arena::Examine(uint64_t block, uint64_t bsize, uint64_t size,
       PageId page = granule_page_[k];
       if (page == kNoPage) {
         ++unmapped;
-      } else if (!policy.Usable(page, stream)) {
+      } else if (!policy.Usable(page, stream, until)) {
         blocked = k;
         break;
       }
@@ -140,7 +141,7 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
   for (auto it = free_by_size_.lower_bound({size, 0});
        it != free_by_size_.end() && examined < kMaxBlocksExamined;
        ++it, ++examined) {
-    Candidate c = Examine(it->second, it->first, size, stream, policy);
+    Candidate c = Examine(it->second, it->first, size, stream, until, policy);
     if (!c.found) continue;
     if (c.unmapped == 0) {
       best = c;
@@ -152,7 +153,8 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
     // The last free block (the untouched end of the arena) always fits.
     if (!free_by_offset_.empty()) {
       auto last = std::prev(free_by_offset_.end());
-      Candidate c = Examine(last->first, last->second, size, stream, policy);
+      Candidate c =
+          Examine(last->first, last->second, size, stream, until, policy);
       if (c.found && (!best.found || c.unmapped < best.unmapped)) best = c;
     }
   }
@@ -161,11 +163,19 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
   }
   uint64_t first = best.position / granularity_;
   uint64_t last = (best.position + size - 1) / granularity_;
+  // While granules of this place are being mapped, ReclaimIdle leaves them.
+  placing_first_ = first;
+  placing_last_ = last;
   for (uint64_t k = first; k <= last; ++k) {
     if (granule_page_[k] != kNoPage) continue;
-    LOOM_ASSIGN_OR_RETURN(PageId page, policy.Acquire(stream, until));
-    LOOM_RETURN_IF_ERROR(MapGranule(k, page));
+    StatusOr<PageId> page = policy.Acquire(stream, until);
+    Status mapped = page.ok() ? MapGranule(k, *page) : page.status();
+    if (!mapped.ok()) {
+      placing_first_ = placing_last_ = kNoPlace;
+      return mapped;
+    }
   }
+  placing_first_ = placing_last_ = kNoPlace;
   TakeFromBlock(best.block, best.position, size);
   for (uint64_t k = first; k <= last; ++k)
     ++pool_.page(granule_page_[k]).arena_users;
@@ -211,6 +221,22 @@ void Arena::Free(DevicePtr ptr, uint64_t size, Stream stream) {
     }
   }
   InsertFree(start, length);
+}
+
+StatusOr<PageId> Arena::ReclaimIdle(const std::function<bool(PageId)>& wanted) {
+  for (uint64_t k = 0; k < granule_page_.size(); ++k) {
+    PageId id = granule_page_[k];
+    if (id == kNoPage || (k >= placing_first_ && k <= placing_last_)) continue;
+    Page& page = pool_.page(id);
+    if (page.arena_users != 0 || !wanted(id)) continue;
+    LOOM_RETURN_IF_ERROR(driver_.Unmap(base_ + k * granularity_, granularity_));
+    ++unmaps_;
+    page.arena_granule = kNoGranule;
+    granule_page_[k] = kNoPage;
+    --mapped_granules_;
+    return id;
+  }
+  return NotFoundError("no idle arena granule to reclaim");
 }
 
 StatusOr<std::vector<PageId>> Arena::UnmapIdle() {

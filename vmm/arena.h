@@ -21,6 +21,7 @@
 #define LOOM_VMM_ARENA_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -40,8 +41,9 @@ class Arena {
    public:
     virtual ~PagePolicy() = default;
     // True if `page`, already mapped in the arena, may serve a new arena
-    // allocation on `stream` now.
-    virtual bool Usable(PageId page, Stream stream) = 0;
+    // allocation on `stream` now, expected to end at iteration time `until`
+    // (-1: unknown).
+    virtual bool Usable(PageId page, Stream stream, int64_t until) = 0;
     // A live page mapped nowhere in the arena and usable now by `stream`
     // (growing the pool if needed); `until` is the iteration time the request
     // is expected to end (or -1 if unknown). OUT_OF_MEMORY if none.
@@ -62,6 +64,12 @@ class Arena {
   // REQUIRES: (ptr, size) is a live allocation made by Allocate(size, ...).
   // Marks the pages touched as last used by `stream`.
   void Free(DevicePtr ptr, uint64_t size, Stream stream);
+
+  // Unmaps one mapped granule that serves no live allocation and whose page
+  // satisfies `wanted`, and returns its page (for reuse elsewhere: a driver
+  // call instead of a new page). Never one of the granules being mapped by
+  // the Allocate in progress. NOT_FOUND if there is none.
+  StatusOr<PageId> ReclaimIdle(const std::function<bool(PageId)>& wanted);
 
   // Unmaps every mapped granule that serves no live allocation; returns the
   // pages unmapped (their arena_granule is cleared).
@@ -94,7 +102,7 @@ class Arena {
   };
   // Looks for a place for `size` bytes inside the free block [block, +bsize).
   Candidate Examine(uint64_t block, uint64_t bsize, uint64_t size,
-                    Stream stream, PagePolicy& policy) const;
+                    Stream stream, int64_t until, PagePolicy& policy) const;
   Status MapGranule(uint64_t granule, PageId page);
   void TakeFromBlock(uint64_t block, uint64_t position, uint64_t size);
   void InsertFree(uint64_t offset, uint64_t size);
@@ -113,6 +121,9 @@ class Arena {
   uint64_t mapped_granules_ = 0;
   uint64_t maps_ = 0;
   uint64_t unmaps_ = 0;
+  static constexpr uint64_t kNoPlace = ~uint64_t{0};
+  uint64_t placing_first_ = kNoPlace;  // granules being mapped by Allocate
+  uint64_t placing_last_ = kNoPlace;
 };
 
 }  // namespace loom::vmm

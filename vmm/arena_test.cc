@@ -15,7 +15,9 @@ constexpr uint64_t kG = 64 << 10;
 class GrowingPolicy : public Arena::PagePolicy {
  public:
   explicit GrowingPolicy(PagePool& pool) : pool_(pool) {}
-  bool Usable(PageId page, Stream) override { return !busy.contains(page); }
+  bool Usable(PageId page, Stream, int64_t) override {
+    return !busy.contains(page);
+  }
   StatusOr<PageId> Acquire(Stream, int64_t) override {
     ++acquired;
     return pool_.Grow();

@@ -1,5 +1,7 @@
 #include "vmm/matcher.h"
 
+#include <algorithm>
+
 namespace loom::vmm {
 
 Matcher::Matcher(const RuntimePlan& plan)
@@ -22,15 +24,19 @@ int64_t Matcher::now() const {
 const PlannedRequest* Matcher::Find(const std::vector<PlannedRequest>& seq,
                                     size_t& cursor, uint64_t size, int ahead,
                                     int behind) {
-  for (int k = 0; k <= ahead && cursor + k < seq.size(); ++k) {
-    if (seq[cursor + k].size == size) {
-      cursor += k;
+  // Nearest first: 0, +1, -1, +2, -2, ... A request that was skipped is one
+  // step ahead; one taken by an earlier, wrongly matched request is one step
+  // behind; far matches are only taken when no nearer one exists (repeated
+  // layers repeat sizes, so the nearest is the likeliest).
+  const int reach = std::max(ahead, behind);
+  for (int d = 0; d <= reach; ++d) {
+    if (d <= ahead && cursor + d < seq.size() && seq[cursor + d].size == size) {
+      cursor += d;
       return &seq[cursor];
     }
-  }
-  for (int k = 1; k <= behind && static_cast<size_t>(k) <= cursor; ++k) {
-    if (seq[cursor - k].size == size) {
-      cursor -= k;
+    if (d > 0 && d <= behind && static_cast<size_t>(d) <= cursor &&
+        seq[cursor - d].size == size) {
+      cursor -= d;
       return &seq[cursor];
     }
   }
@@ -43,8 +49,7 @@ Matcher::Match Matcher::Next(uint64_t size) {
   const std::vector<PlannedRequest>& seq = sequence();
   if (seq.empty()) return match;
   match.entry = Find(seq, cursor_, size, kLookAhead, kLookBehind);
-  if (match.entry == nullptr)
-    return match;  // an extra request: the cursor stays
+  if (match.entry == nullptr) return match;  // an extra: the cursor stays
   match.prologue = in_prologue_;
   match.time = match.entry->start;
   Advance();

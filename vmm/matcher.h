@@ -9,7 +9,10 @@
 // request costs that request only, never the rest of the iteration
 // (STAlloc's matcher never resynchronises, so one extra request there shifts
 // every later match). The prologue is matched once; iteration markers after
-// the plan's early iterations restart the steady-state entries. Without
+// the plan's early iterations restart the steady-state entries. (A request
+// whose size changed is treated as an extra one: taking it for the entry it
+// replaces was tried, and an extra request that happened to be close in
+// size then took a planned slot for good.) Without
 // markers the prologue runs once and the iteration repeats. Not thread-safe:
 // the allocator serialises access.
 #ifndef LOOM_VMM_MATCHER_H_

@@ -68,6 +68,18 @@ TEST(MatcherTest, AResizedRequestMissesAndTheRestStillHits) {
             (std::vector<int>{0, -1, 2, 3, 4}));
 }
 
+TEST(MatcherTest, NearestMatchWinsOverAFartherRepeat) {
+  // Sizes repeat (layers): after a wrong match the real request is one step
+  // back, nearer than the repeat ahead.
+  RuntimePlan plan = PlanOf({}, {10, 20, 30, 40, 10, 20});
+  Matcher m(plan);
+  m.IterationBegin();
+  EXPECT_EQ(m.Next(10).entry, &plan.iteration[0]);
+  EXPECT_EQ(m.Next(20).entry, &plan.iteration[1]);
+  EXPECT_EQ(m.Next(20).entry, &plan.iteration[1])
+      << "one step back, not three ahead";
+}
+
 TEST(MatcherTest, AWrongSkipAheadIsRepairedByLookingBack) {
   // The extra request (30) matches entry 2 ahead; the real 20 then comes and
   // the matcher steps back to it.

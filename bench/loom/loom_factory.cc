@@ -23,7 +23,9 @@ class PlannedLoom final : public SimAllocator {
   void EmptyCache() override { inner_->EmptyCache(); }
   void OnMarker(const plan::Event& event) override { inner_->OnMarker(event); }
   const MemoryStats& stats() const override { return inner_->stats(); }
-  const DriverCalls& driver_calls() const override { return inner_->driver_calls(); }
+  const DriverCalls& driver_calls() const override {
+    return inner_->driver_calls();
+  }
   std::vector<std::pair<std::string, uint64_t>> Counters() const override {
     std::vector<std::pair<std::string, uint64_t>> out = inner_->Counters();
     out.insert(out.end(), extra_.begin(), extra_.end());
@@ -45,8 +47,8 @@ AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options, bool plan,
                                       std::string plan_csv) {
   return AllocatorFactory{
       plan ? "loom" : "loom_unplanned",
-      [options, plan, plan_csv](const plan::Trace& trace,
-                      const SimOptions& sim) -> StatusOr<std::unique_ptr<SimAllocator>> {
+      [options, plan, plan_csv](const plan::Trace& trace, const SimOptions& sim)
+          -> StatusOr<std::unique_ptr<SimAllocator>> {
         LoomSimOptions loom;
         loom.backend = "fake";
         loom.granularity = options.granularity;
@@ -56,16 +58,18 @@ AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options, bool plan,
         if (plan) {
           auto start = std::chrono::steady_clock::now();
           StatusOr<SelfPlan> planned = PlanTraceForRuntime(trace, options);
-          if (!planned.ok()) return planned.status().WithContext("planning for loom");
+          if (!planned.ok())
+            return planned.status().WithContext("planning for loom");
           auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::steady_clock::now() - start)
                         .count();
-          extra = {{"planning_ms", static_cast<uint64_t>(ms)},
-                   {"plan_peak_bytes", planned->result.peak_bytes},
-                   {"plan_lower_bound_bytes", planned->result.lower_bound_bytes}};
+          extra = {
+              {"planning_ms", static_cast<uint64_t>(ms)},
+              {"plan_peak_bytes", planned->result.peak_bytes},
+              {"plan_lower_bound_bytes", planned->result.lower_bound_bytes}};
           if (!plan_csv.empty()) {
-            LOOM_RETURN_IF_ERROR(plan::WriteMinimallocCsv(plan_csv, planned->instance,
-                                                          planned->result.offsets));
+            LOOM_RETURN_IF_ERROR(plan::WriteMinimallocCsv(
+                plan_csv, planned->instance, planned->result.offsets));
           }
           loom.plan = std::move(planned->runtime);
         }

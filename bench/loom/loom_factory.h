@@ -14,7 +14,8 @@ namespace loom::bench {
 // plan (record mode: everything from the dynamic space). With a non-empty
 // `plan_csv`, the plan's buffers and offsets are written there
 // (id,lower,upper,size,offset) for the plan picture.
-AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options, bool plan = true,
+AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options,
+                                      bool plan = true,
                                       std::string plan_csv = "");
 
 }  // namespace loom::bench
