@@ -48,3 +48,22 @@ def test_demo_json_rows(tmp_path):
     assert loom["efficiency"] > 0.995
     assert loom["peak_reserved_bytes"] < pytorch["peak_reserved_bytes"]
     assert loom["counters"]["plan_misses"] == 0
+
+
+def test_what_if_on_a_real_snapshot(tmp_path):
+    try:
+        _paths.loom_tool()
+    except _paths.NotBuiltError as error:
+        pytest.skip(f"loom_tool is not built: {error}")
+    snapshot = (_paths.REPO_ROOT / "bench" / "data" / "pytorch_snapshots" /
+                "raw" / "magma27_small_ctx256_b32_fwd_bwd.pickle")
+    env = {"PYTHONPATH": str(_paths.PACKAGE_DIR.parent)}
+    result = subprocess.run(
+        [sys.executable, "-m", "loom", "what-if", str(snapshot), "--json"],
+        capture_output=True, text=True, check=False, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = {r["allocator"]: r for r in json.loads(result.stdout)}
+    assert set(rows) >= {"pytorch", "pytorch_expandable", "gmlake", "loom"}
+    # peak allocated = the snapshot's in-trace peak of live bytes
+    assert rows["loom"]["peak_allocated_bytes"] == 13923997700
+    assert rows["loom"]["peak_reserved_bytes"] <= rows["pytorch"]["peak_reserved_bytes"]

@@ -28,6 +28,8 @@ FORWARDED = {
 PYTHON_COMMANDS = {
     "demo": ("compare allocators on the embedded workloads (tables + plots)",
              "loom.demo", "main"),
+    "what-if": ("your snapshot: analysis + every allocator's reservation",
+                "loom.whatif", "main"),
     "import": ("PyTorch memory snapshot pickle -> loom text trace",
                "loom.snapshot_cli", "run_import"),
     "export-snapshot": ("loom text trace -> snapshot pickle for memory_viz",
