@@ -104,17 +104,6 @@ class StringSink : public ByteSink {
   bool closed_ = false;
 };
 
-constexpr std::array<uint32_t, 256> MakeCrcTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrcTable = MakeCrcTable();
-
 }  // namespace
 
 StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path) {
@@ -209,14 +198,6 @@ StatusOr<bool> ByteReader::ReadLine(std::string* line, size_t max_bytes) {
     offset_ += consumed;
     if (newline != nullptr) return true;
   }
-}
-
-uint32_t Crc32c(uint32_t crc, std::string_view data) {
-  crc = ~crc;
-  for (unsigned char byte : data) {
-    crc = kCrcTable[(crc ^ byte) & 0xff] ^ (crc >> 8);
-  }
-  return ~crc;
 }
 
 void AppendVarint(std::string* out, uint64_t value) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "plan/base/crc32c.h"
 #include "plan/base/status.h"
 
 namespace loom::plan {
@@ -85,9 +86,6 @@ class ByteReader {
   uint64_t offset_ = 0;
   bool eof_ = false;
 };
-
-// CRC-32C of `data`, continuing from `crc` (0 to start).
-uint32_t Crc32c(uint32_t crc, std::string_view data);
 
 // Appends the LEB128 encoding of `value` (1..10 bytes).
 void AppendVarint(std::string* out, uint64_t value);

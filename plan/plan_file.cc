@@ -24,18 +24,6 @@ constexpr uint32_t kMaxString = 1 << 20;
 constexpr uint64_t kMaxBytes = uint64_t{1} << 56;
 constexpr uint64_t kMaxFileBytes = uint64_t{1} << 34;
 
-constexpr std::array<uint32_t, 256> MakeCrcTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t crc = i;
-    for (int k = 0; k < 8; ++k)
-      crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1)));
-    table[i] = crc;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrcTable = MakeCrcTable();
-
 std::string TagName(uint32_t tag) {
   std::string out;
   for (int k = 0; k < 4; ++k) {
@@ -352,13 +340,6 @@ Status ParseDyns(Reader& r, const PlanFile& meta, PlanFile* plan) {
 }
 
 }  // namespace
-
-uint32_t Crc32c(std::string_view bytes, uint32_t crc) {
-  crc = ~crc;
-  for (char c : bytes)
-    crc = (crc >> 8) ^ kCrcTable[(crc ^ static_cast<uint8_t>(c)) & 0xff];
-  return ~crc;
-}
 
 std::string EncodePlanFile(const PlanFile& plan) {
   std::string out(kPlanMagic);

@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "plan/base/crc32c.h"
 #include "plan/base/status.h"
 #include "plan/granules.h"
 #include "plan/instance.h"
@@ -120,9 +121,6 @@ bool LooksLikePlanFile(std::string_view bytes);
 // A human-readable dump (`loom_tool plan --dump`, `loom_tool show`).
 // `max_buffers` limits the buffer table (0: all).
 std::string FormatPlanText(const PlanFile& plan, size_t max_buffers = 0);
-
-// CRC-32C (Castagnoli), as used for section checksums.
-uint32_t Crc32c(std::string_view bytes, uint32_t crc = 0);
 
 }  // namespace loom::plan
 

@@ -82,7 +82,7 @@ Status BinaryTraceReader::ReadChunk(char* tag) {
         DataLossError("truncated: chunk checksum has {} of 4 bytes", got));
   }
   uint32_t stored = LoadU32(crc_bytes);
-  uint32_t computed = Crc32c(Crc32c(0, std::string_view(head, 5)), payload_);
+  uint32_t computed = Crc32c(payload_, Crc32c(std::string_view(head, 5)));
   if (stored != computed) {
     return At(chunk_offset_,
               DataLossError("checksum mismatch in chunk '{}' (stored 0x{:08x}, "
@@ -423,7 +423,7 @@ class BinaryTraceWriter : public TraceWriter {
     std::string head(1, tag);
     AppendU32(&head, static_cast<uint32_t>(prefix.size() + body.size()));
     head += prefix;
-    uint32_t crc = Crc32c(Crc32c(0, head), body);
+    uint32_t crc = Crc32c(body, Crc32c(head));
     std::string tail;
     AppendU32(&tail, crc);
     LOOM_RETURN_IF_ERROR(sink().Write(head));

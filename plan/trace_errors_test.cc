@@ -122,7 +122,7 @@ class BinaryFile {
     std::string chunk(1, tag);
     AppendU32(&chunk, payload.size());
     chunk += payload;
-    AppendU32(&chunk, crc.value_or(Crc32c(0, chunk)));
+    AppendU32(&chunk, crc.value_or(Crc32c(chunk)));
     data_ += chunk;
     return *this;
   }
@@ -149,7 +149,7 @@ TEST(TraceErrorsTest, BinaryReaderRejectsBadInputWithExactMessages) {
   const std::string header_end = "t.ltb: offset 24: ";  // first event chunk
   std::string bad_crc_file = BinaryFile().Header().data();
   std::string crc_chunk = "E" + Bytes({2, 0, 0, 0, 1, 3});
-  uint32_t crc = Crc32c(0, crc_chunk);
+  uint32_t crc = Crc32c(crc_chunk);
   const std::vector<BadInput> cases = {
       {version2,
        "t.ltb: offset 8: unsupported binary trace version 2 (this reader "

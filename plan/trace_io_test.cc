@@ -119,7 +119,7 @@ TEST(TraceIoTest, BinaryEncodingIsAsDocumented) {
     std::string out(1, tag);
     AppendU32(&out, payload.size());
     out += payload;
-    AppendU32(&out, Crc32c(0, out));
+    AppendU32(&out, Crc32c(out));
     return out;
   };
   std::string expected(kBinaryTraceMagic);
@@ -134,8 +134,8 @@ TEST(TraceIoTest, BinaryEncodingIsAsDocumented) {
 }
 
 TEST(TraceIoTest, Crc32cMatchesTheStandardCheckValue) {
-  EXPECT_EQ(Crc32c(0, "123456789"), 0xE3069283u);
-  EXPECT_EQ(Crc32c(Crc32c(0, "1234"), "56789"), 0xE3069283u);
+  EXPECT_EQ(Crc32c("123456789"), 0xE3069283u);
+  EXPECT_EQ(Crc32c("56789", Crc32c("1234")), 0xE3069283u);
 }
 
 TEST(TraceIoTest, NameTableOrderAndUnusedNamesSurvive) {

@@ -145,7 +145,7 @@ std::string MutateBehindChecksum(const std::string& file, Mutator& mutator) {
   std::string chunk(1, file[at]);
   AppendU32(&chunk, payload.size());
   chunk += payload;
-  AppendU32(&chunk, Crc32c(0, chunk));
+  AppendU32(&chunk, Crc32c(chunk));
   return file.substr(0, at) + chunk + file.substr(at + 5 + length + 4);
 }
 

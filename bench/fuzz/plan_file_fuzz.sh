@@ -16,7 +16,7 @@ mkdir -p "$WORK/corpus"
 SOURCES=(
   "$ROOT/plan/plan_file.cc" "$ROOT/plan/plan_file_text.cc" "$ROOT/plan/granules.cc"
   "$ROOT/plan/instance.cc"
-  "$ROOT/plan/base/status.cc" "$ROOT/plan/base/check.cc"
+  "$ROOT/plan/base/status.cc" "$ROOT/plan/base/check.cc" "$ROOT/plan/base/crc32c.cc"
 )
 FLAGS=(-std=c++20 -O1 -g -I"$ROOT")
 "$CXX" "${FLAGS[@]}" -DLOOM_FUZZ_SEEDS "$ROOT/bench/fuzz/plan_file_fuzzer.cc" \

@@ -21,7 +21,7 @@ void RepairChecksums(uint8_t* data, size_t size) {
     uint64_t length = 0;
     for (int k = 7; k >= 0; --k) length = (length << 8) | data[pos + 8 + k];
     if (length > size || pos + 16 + length + 4 > size) return;
-    const uint32_t crc = loom::plan::Crc32c(std::string_view(
+    const uint32_t crc = loom::Crc32c(std::string_view(
         reinterpret_cast<const char*>(data) + pos, 16 + length));
     for (int k = 0; k < 4; ++k)
       data[pos + 16 + length + k] = (crc >> (8 * k)) & 0xff;

@@ -19,7 +19,8 @@ mkdir -p "$OUT/seeds/text" "$OUT/seeds/binary" "$OUT/corpus/text" \
   "$OUT/corpus/binary"
 
 SOURCES=(
-  plan/base/check.cc plan/base/status.cc plan/trace.cc plan/byte_stream.cc
+  plan/base/check.cc plan/base/status.cc plan/base/crc32c.cc plan/trace.cc
+  plan/byte_stream.cc
   plan/trace_checker.cc plan/trace_io.cc plan/trace_text.cc
   plan/trace_binary.cc
 )

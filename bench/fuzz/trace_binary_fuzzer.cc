@@ -20,7 +20,7 @@ std::string FixChecksums(std::string data) {
       break;
     }
     uint32_t crc =
-        loom::plan::Crc32c(0, std::string_view(data.data() + pos, 5 + length));
+        loom::Crc32c(std::string_view(data.data() + pos, 5 + length));
     std::string stored;
     loom::plan::AppendU32(&stored, crc);
     data.replace(pos + 5 + length, 4, stored);
