@@ -437,13 +437,11 @@ StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
 
 Status Allocator::Free(DevicePtr ptr) {
   std::lock_guard<FutexMutex> lock(mu_);
-  const Allocation* found = live_.Find(ptr);
-  if (found == nullptr) {
+  Allocation allocation;
+  if (!live_.Take(ptr, &allocation)) {
     return InvalidArgumentError(
         "free of {:#x}, which is not a live loom allocation", ptr);
   }
-  Allocation allocation = *found;
-  live_.Erase(ptr);
   if (recording_) {
     Record(plan::Event::Free(allocation.request_id, allocation.stream,
                              static_cast<int16_t>(options_.device)));

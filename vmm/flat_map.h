@@ -49,12 +49,17 @@ class FlatMap {
   }
 
   // Removes `key`; returns false if it was not present.
-  bool Erase(uint64_t key) {
+  bool Erase(uint64_t key) { return Take(key, nullptr); }
+
+  // Removes `key`, moving its value to *value (if not null); returns false
+  // if it was not present. One probe, for find-then-erase.
+  bool Take(uint64_t key, Value* value) {
     size_t i = Home(key);
     while (slots_[i].key != key) {
       if (slots_[i].key == 0) return false;
       i = Next(i);
     }
+    if (value != nullptr) *value = std::move(slots_[i].value);
     // Backward-shift: move later entries of the probe run into the hole.
     size_t hole = i;
     for (size_t j = Next(i);; j = Next(j)) {

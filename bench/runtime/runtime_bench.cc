@@ -15,7 +15,9 @@
 
 #include <vector>
 
+#include "bench/loom/self_plan.h"
 #include "bench/sim/caching_allocator.h"
+#include "bench/workloads/load.h"
 #include "vmm/allocator.h"
 #include "vmm/fake_driver.h"
 
@@ -83,6 +85,62 @@ BENCHMARK(BM_LoomPlannedPair);
 BENCHMARK(BM_LoomPlannedPair)->Iterations(100000);
 BENCHMARK(BM_LoomPlannedPair)->Iterations(200000);
 
+// The requests of a real PyTorch training step (GPT-2 small, the demo's
+// trace), planned by loom; each request is made and freed in the plan's
+// order (a free right after its allocation is always safe to serve).
+void BM_LoomPlannedPairRealTrace(benchmark::State& state) {
+  static const auto* planned = [] {
+    StatusOr<bench::Workload> w =
+        bench::LoadWorkload("bench/data/traces/gpt2small_train_step.ltt");
+    LOOM_CHECK(w.ok(), "{}", w.status().ToString());
+    bench::SelfPlanOptions options;
+    options.time_limit_seconds = 2;
+    StatusOr<bench::SelfPlan> p = bench::PlanTraceForRuntime(w->trace, options);
+    LOOM_CHECK(p.ok(), "{}", p.status().ToString());
+    return new vmm::RuntimePlan(std::move(p->runtime));
+  }();
+  LoomSetup setup;
+  vmm::Allocator& a = *setup.allocator;
+  LOOM_CHECK(a.LoadPlan(*planned).ok());
+  const std::vector<vmm::PlannedRequest>& seq = planned->iteration;
+  size_t i = 0;
+  for (auto _ : state) {
+    StatusOr<vmm::DevicePtr> p = a.Allocate(seq[i].size, 0);
+    benchmark::DoNotOptimize(p);
+    (void)a.Free(*p);
+    i = i + 1 == seq.size() ? 0 : i + 1;
+  }
+  vmm::AllocatorStats s = a.stats();
+  LOOM_CHECK(s.plan_misses == 0, "{} misses", s.plan_misses);
+  state.counters["requests"] = static_cast<double>(seq.size());
+}
+BENCHMARK(BM_LoomPlannedPairRealTrace);
+
+void BM_CachingSimPairRealTrace(benchmark::State& state) {
+  static const auto* sizes = [] {
+    StatusOr<bench::Workload> w =
+        bench::LoadWorkload("bench/data/traces/gpt2small_train_step.ltt");
+    LOOM_CHECK(w.ok(), "{}", w.status().ToString());
+    auto* out = new std::vector<uint64_t>;
+    for (const plan::Event& e : w->trace.events) {
+      if (e.kind == plan::EventKind::kAlloc) out->push_back(e.size);
+    }
+    return out;
+  }();
+  bench::CachingConfig config;
+  bench::SimOptions options;
+  bench::CachingAllocator sim(config, options);
+  for (uint64_t size : *sizes) (void)sim.Free(*sim.Malloc(size, 0));
+  size_t i = 0;
+  for (auto _ : state) {
+    StatusOr<uint64_t> p = sim.Malloc((*sizes)[i], 0);
+    benchmark::DoNotOptimize(p);
+    (void)sim.Free(*p);
+    i = i + 1 == sizes->size() ? 0 : i + 1;
+  }
+}
+BENCHMARK(BM_CachingSimPairRealTrace);
+
 void BM_LoomDynamicPair(benchmark::State& state) {
   LoomSetup setup;
   vmm::Allocator& a = *setup.allocator;
@@ -103,6 +161,8 @@ void BM_LoomDynamicPair(benchmark::State& state) {
   a.ModuleExit("experts");
 }
 BENCHMARK(BM_LoomDynamicPair);
+BENCHMARK(BM_LoomDynamicPair)->Iterations(100000);
+BENCHMARK(BM_LoomDynamicPair)->Iterations(200000);
 
 void BM_CachingSimPair(benchmark::State& state) {
   bench::CachingConfig config;
@@ -119,6 +179,8 @@ void BM_CachingSimPair(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_CachingSimPair);
+BENCHMARK(BM_CachingSimPair)->Iterations(100000);
+BENCHMARK(BM_CachingSimPair)->Iterations(200000);
 
 }  // namespace
 }  // namespace loom
