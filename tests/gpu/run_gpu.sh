@@ -23,20 +23,21 @@ TEST_BINARIES=(
   vmm/driver_test
   vmm/cuda_driver_test
 )
-TOOLS=(cli/loom_tool)
+TOOLS=(cli/loom_tool bench/gpu/driver_costs)
+# Built into .gpu_pack too: libloom.so for the Python GPU tests.
+LIBS=(torch_plugin/libloom.so)
 
 pack() {
   local targets=()
   local t
   for t in "${TEST_BINARIES[@]}" "${TOOLS[@]}"; do targets+=("//${t%/*}:${t##*/}"); done
+  for t in "${LIBS[@]}"; do targets+=("//${t%/*}:${t##*/}"); done
   bazel build --config=gpu "${targets[@]}" || exit 1
   rm -rf "$PACK" && mkdir -p "$PACK/bin"
   for t in "${TEST_BINARIES[@]}" "${TOOLS[@]}"; do
     cp "bazel-bin/$t" "$PACK/bin/${t##*/}" || exit 1
   done
-  if [[ -f bazel-bin/torch_plugin/libloom.so ]]; then
-    cp bazel-bin/torch_plugin/libloom.so "$PACK/bin/"
-  fi
+  for t in "${LIBS[@]}"; do cp "bazel-bin/$t" "$PACK/bin/" || exit 1; done
   if (cd "$PACK/bin" && ldd ./* 2>/dev/null | grep -E "not found|libfmt|libgtest"); then
     echo "pack: binaries still need the libraries above" >&2
     exit 1
@@ -59,6 +60,12 @@ run() {
     echo "## loom info --backend=cuda"
     echo '```'
     "$PACK/bin/loom_tool" info --backend=cuda 2>&1
+    echo '```'
+    echo
+    echo "## Driver costs (bench/gpu/driver_costs)"
+    echo '```'
+    "$PACK/bin/driver_costs" --rounds 50 2>&1
+    "$PACK/bin/driver_costs" --rounds 50 --json > "$out/driver_costs.json" 2>&1
     echo '```'
     echo
     echo "## C++ tests"
