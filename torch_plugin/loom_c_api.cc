@@ -1,10 +1,15 @@
 // The C ABI of libloom.so (see loom_c_api.h): thin wrappers over Runtime that
-// turn every failure, including a C++ exception, into a code and a message.
+// turn every failure, including a C++ exception, into a code and a message;
+// loom_torch_malloc alone turns a failure into an exception, for PyTorch.
 #include "torch_plugin/loom_c_api.h"
+
+#include <fmt/format.h>
 
 #include <cstring>
 #include <exception>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #include "torch_plugin/runtime.h"
 
@@ -40,6 +45,32 @@ loom::vmm::Stream AsStream(void* stream) {
   return static_cast<loom::vmm::Stream>(reinterpret_cast<uintptr_t>(stream));
 }
 
+// One allocation for loom_malloc and loom_torch_malloc.
+Status Malloc(ssize_t size, int device, void* stream, void** out) {
+  if (size < 0) return loom::InvalidArgumentError("negative size {}", size);
+  if (size == 0) return loom::OkStatus();  // PyTorch never asks; nullptr
+  LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                        Runtime::Get().AllocatorFor(device));
+  LOOM_ASSIGN_OR_RETURN(
+      loom::vmm::DevicePtr ptr,
+      a->Allocate(static_cast<uint64_t>(size), AsStream(stream)));
+  *out = reinterpret_cast<void*>(ptr);
+  return loom::OkStatus();
+}
+
+// What loom_torch_malloc throws: PyTorch's wording for out of memory, so
+// code that recognises PyTorch's OOM recognises loom's.
+std::string TorchMallocMessage(const Status& status, ssize_t size, int device) {
+  if (status.code() == StatusCode::kOutOfMemory) {
+    return fmt::format(
+        "CUDA out of memory. loom could not allocate {} bytes on device {}: "
+        "{}",
+        size, device, status.message());
+  }
+  return fmt::format("loom: allocation of {} bytes on device {} failed: {}",
+                     size, device, status.ToString());
+}
+
 }  // namespace
 
 extern "C" {
@@ -53,19 +84,21 @@ LOOM_EXPORT int loom_configure(const char* settings) {
 
 LOOM_EXPORT void* loom_malloc(ssize_t size, int device, void* stream) {
   void* result = nullptr;
-  Guarded([&]() -> Status {
-    if (size < 0) return loom::InvalidArgumentError("negative size {}", size);
-    if (size == 0)
-      return loom::OkStatus();  // PyTorch never asks; nullptr is fine
-    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
-                          Runtime::Get().AllocatorFor(device));
-    LOOM_ASSIGN_OR_RETURN(
-        loom::vmm::DevicePtr ptr,
-        a->Allocate(static_cast<uint64_t>(size), AsStream(stream)));
-    result = reinterpret_cast<void*>(ptr);
-    return loom::OkStatus();
-  });
+  Guarded([&] { return Malloc(size, device, stream, &result); });
   return result;
+}
+
+LOOM_EXPORT void* loom_torch_malloc(ssize_t size, int device, void* stream) {
+  void* result = nullptr;
+  Status status = loom::OkStatus();
+  Guarded([&] {
+    status = Malloc(size, device, stream, &result);
+    return status;
+  });
+  if (status.ok()) return result;
+  // The one exception that crosses the C ABI (see loom_c_api.h): thrown
+  // with no lock held and nothing allocated.
+  throw std::runtime_error(TorchMallocMessage(status, size, device));
 }
 
 LOOM_EXPORT void loom_free(void* ptr, ssize_t size, int device, void* stream) {

@@ -6,10 +6,10 @@
  * match the optional hooks of its `_allocator` object. Everything else is
  * control for the Python package (configure, markers, plans, stats).
  *
- * No C++ exception crosses this boundary. Calls that can fail return 0 on
- * success or a non-zero loom::StatusCode; loom_malloc returns NULL (PyTorch
- * turns that into OutOfMemoryError). loom_last_error() gives the message of
- * the calling thread's last failure. Streams are passed as `void*`
+ * No C++ exception crosses this boundary, with one deliberate exception:
+ * loom_torch_malloc (below). Calls that can fail return 0 on success or a
+ * non-zero loom::StatusCode; loom_malloc returns NULL. loom_last_error()
+ * gives the message of the calling thread's last failure. Streams are passed as `void*`
  * (cudaStream_t / CUstream: the same pointer type). All functions are
  * thread-safe.
  */
@@ -37,6 +37,19 @@ extern "C" {
 int loom_configure(const char* settings);
 
 void* loom_malloc(ssize_t size, int device, void* stream);
+#ifdef __cplusplus
+/* loom_malloc for PyTorch's CUDAPluggableAllocator, the one function that
+ * throws. PyTorch calls its malloc from C++ through a std::function and does
+ * not check the result for NULL: a NULL data pointer faults later on the
+ * device. Its pluggable allocators report failure by throwing (as RMM's
+ * does), which PyTorch turns into a Python RuntimeError. So on any failure
+ * of a positive-size request this throws a std::runtime_error whose message
+ * starts "CUDA out of memory." for out-of-memory (the text PyTorch's own
+ * allocator uses, which batch-size finders look for), "loom: " otherwise,
+ * and names the request and loom's reason. Size 0 returns NULL. Only for
+ * C++ callers that catch std::exception. */
+void* loom_torch_malloc(ssize_t size, int device, void* stream);
+#endif
 void loom_free(void* ptr, ssize_t size, int device, void* stream);
 
 /* PyTorch's optional allocator hooks. */

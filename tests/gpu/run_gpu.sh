@@ -7,12 +7,22 @@
 #   tests/gpu/run_gpu.sh run OUT   (on the GPU machine, from the repo root,
 #                                  with .gpu_pack carried) runs everything and
 #                                  writes logs and summary.md into OUT
-#   tests/gpu/run_gpu.sh record DIR (here) copies DIR/summary.md into
-#                                  bench/results/gpu_tests.md
+#   tests/gpu/run_gpu.sh train OUT [compare.py run options]
+#                                  (on the GPU machine) the training
+#                                  comparison (bench/gpu/train/compare.py):
+#                                  OUT/results.jsonl, gpu.md, traces.tar.xz
+#   tests/gpu/run_gpu.sh record DIR... (here) DIR/summary.md ->
+#                                  bench/results/gpu_tests.md; every
+#                                  DIR/results.jsonl (+ driver_costs.json) ->
+#                                  bench/results/gpu.md; DIR/traces.tar.xz ->
+#                                  bench/data/traces/gpu/
 #
 # With the device tool: run `pack` here, then
 #   run(command="tests/gpu/run_gpu.sh run $OUT", carry=[".gpu_pack"])
-# and `record` on the folder the files come back in.
+#   run(command="tests/gpu/run_gpu.sh train $OUT --models llama1b,llama1b_recompute
+#       --search --fidelity --traces", carry=[".gpu_pack"])   (and the other
+#       models in a second call: each call has 10 minutes)
+# and `record` on the folders the files come back in.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
@@ -102,14 +112,42 @@ run() {
   return $failed
 }
 
+train() {
+  local out="${1:?usage: train OUT [options]}"
+  shift
+  mkdir -p "$out"
+  LOOM_LIB="$ROOT/$PACK/bin/libloom.so" LOOM_TOOL="$ROOT/$PACK/bin/loom_tool" \
+    PYTHONUNBUFFERED=1 python3 bench/gpu/train/compare.py run --out "$out" "$@" \
+    2>&1 | tee "$out/log.txt"
+  return "${PIPESTATUS[0]}"
+}
+
 record() {
-  local dir="${1:?usage: record DIR}"
-  cp "$dir/summary.md" bench/results/gpu_tests.md && echo "recorded bench/results/gpu_tests.md"
+  [[ $# -ge 1 ]] || { echo "usage: record DIR..." >&2; return 2; }
+  local dir results=() costs=()
+  for dir in "$@"; do
+    if [[ -f "$dir/summary.md" ]]; then
+      cp "$dir/summary.md" bench/results/gpu_tests.md && echo "recorded bench/results/gpu_tests.md"
+    fi
+    [[ -f "$dir/results.jsonl" ]] && results+=("$dir/results.jsonl")
+    [[ -f "$dir/driver_costs.json" ]] && costs=(--driver-costs "$dir/driver_costs.json")
+    if [[ -f "$dir/traces.tar.xz" ]]; then
+      python3 bench/gpu/train/compare.py unpack-traces "$dir/traces.tar.xz" \
+        --into bench/data/traces/gpu || return 1
+    fi
+  done
+  if [[ ${#results[@]} -gt 0 ]]; then
+    python3 bench/gpu/train/compare.py table "${results[@]}" "${costs[@]}" \
+      --command "tests/gpu/run_gpu.sh run/train \$OUT; record" \
+      > bench/results/gpu.md || return 1
+    echo "recorded bench/results/gpu.md"
+  fi
 }
 
 case "${1:-}" in
   pack) pack ;;
   run) shift; run "$@" ;;
+  train) shift; train "$@" ;;
   record) shift; record "$@" ;;
-  *) sed -n '2,18p' "$0"; exit 2 ;;
+  *) sed -n '2,27p' "$0"; exit 2 ;;
 esac

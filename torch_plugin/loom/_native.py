@@ -28,6 +28,9 @@ _c_longlong, _c_size_t = ctypes.c_longlong, ctypes.c_size_t
 _SIGNATURES = {
     "loom_configure": (_c_int, [_c_char_p]),
     "loom_malloc": (_c_void_p, [ctypes.c_ssize_t, _c_int, _c_void_p]),
+    # PyTorch's malloc: throws a C++ exception on failure, so never called
+    # from Python (only looked up, so an old build is refused clearly).
+    "loom_torch_malloc": (_c_void_p, [ctypes.c_ssize_t, _c_int, _c_void_p]),
     "loom_free": (None, [_c_void_p, ctypes.c_ssize_t, _c_int, _c_void_p]),
     "loom_record_stream": (None, [_c_void_p, _c_void_p]),
     "loom_empty_cache": (None, []),
@@ -50,7 +53,7 @@ _SIGNATURES = {
 }
 
 # The hooks PyTorch's pluggable allocator takes as raw function pointers.
-HOOK_FUNCTIONS = ("loom_malloc", "loom_free", "loom_record_stream",
+HOOK_FUNCTIONS = ("loom_torch_malloc", "loom_free", "loom_record_stream",
                   "loom_empty_cache", "loom_set_memory_fraction")
 
 

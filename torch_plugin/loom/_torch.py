@@ -1,12 +1,14 @@
 """Handing libloom to PyTorch. The only module that imports torch, always
 inside functions, so `import loom` works without it.
 
-- `install`: `torch.cuda.memory.CUDAPluggableAllocator(libloom, "loom_malloc",
-  "loom_free")`, the optional hooks of its `_allocator` where this torch
-  has them (record_stream, reset = empty_cache, memory fraction), then
-  `change_current_allocator`. Must run before CUDA is initialised: checked
-  first, and PyTorch's "Can't swap an already initialized allocator" is
-  turned into the same explanation.
+- `install`: `torch.cuda.memory.CUDAPluggableAllocator(libloom,
+  "loom_torch_malloc", "loom_free")` (loom_torch_malloc throws on failure,
+  which PyTorch reports as a RuntimeError starting "CUDA out of memory.";
+  PyTorch would not check a NULL), the optional hooks of its `_allocator`
+  where this torch has them (record_stream, reset = empty_cache, memory
+  fraction), then `change_current_allocator`. Must run before CUDA is
+  initialised: checked first, and PyTorch's "Can't swap an already
+  initialized allocator" is turned into the same explanation.
 - `patch_stats`: torch.cuda.memory_stats() and friends raise with a
   pluggable allocator; they are pointed at loom's (loom.stats).
 - `pool`: the scoped alternative, torch.cuda.MemPool + use_mem_pool.
@@ -93,7 +95,7 @@ def set_hooks(raw, native):
 
 def _pluggable(torch, native):
     allocator = torch.cuda.memory.CUDAPluggableAllocator(
-        native.path, "loom_malloc", "loom_free")
+        native.path, "loom_torch_malloc", "loom_free")
     return allocator, set_hooks(_raw(allocator), native)
 
 

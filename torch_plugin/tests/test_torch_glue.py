@@ -109,8 +109,8 @@ def test_enable_installs_libloom_with_its_hooks(loom_env, tmp_path,
     status = loom.enable(mode="record", workdir=tmp_path, cap="40GiB")
     session = control.current()
     native = session.native
-    assert calls[0] == ("CUDAPluggableAllocator", native.path, "loom_malloc",
-                        "loom_free")
+    assert calls[0] == ("CUDAPluggableAllocator", native.path,
+                        "loom_torch_malloc", "loom_free")
     assert calls[1:4] == [
         ("set_record_stream_fn", native.address("loom_record_stream")),
         ("set_reset_fn", native.address("loom_empty_cache")),

@@ -1,0 +1,196 @@
+"""One training run of the GPU comparison, in a fresh process.
+
+    python3 worker.py --model NAME --allocator torch|expandable|loom
+        --micro-batch N --warmup N --steps N --out result.json
+        [--workdir DIR] [--snapshot FILE] [--scale full|tiny]
+
+The allocator is chosen before CUDA is touched (it can be chosen once per
+process): `torch` is PyTorch's caching allocator as configured by default,
+`expandable` the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,
+`loom` is loom in auto mode (records `--record-iterations` iterations,
+plans them in the background, serves the plan from the next iteration
+boundary on; the warm-up waits for the plan so the measured steps run on
+it). Then `--warmup` steps, then `--steps` timed steps (each ends with a
+host sync: loss.item()).
+
+Written to --out (JSON): peak allocated and reserved over the whole
+process (torch.cuda.memory_stats; loom's under loom), the seconds of each
+timed step, for loom the driver calls and plan hits during the timed steps
+and its status, or {"oom": true} when the run ran out of memory. Exit code
+0 for a finished run and for an OOM, 1 for anything else (the JSON then
+holds the error). `--snapshot` records PyTorch's allocation history from
+process start (torch/expandable only) and dumps it there.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import models  # noqa: E402  pylint: disable=wrong-import-position
+
+ALLOCATORS = ("torch", "expandable", "loom")
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", choices=models.MODEL_NAMES, required=True)
+    parser.add_argument("--allocator", choices=ALLOCATORS, required=True)
+    parser.add_argument("--micro-batch", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--workdir", default=".loom-train")
+    parser.add_argument("--snapshot", default=None)
+    parser.add_argument("--snapshot-entries", type=int, default=2_000_000)
+    parser.add_argument("--scale", choices=("full", "tiny"), default="full")
+    parser.add_argument("--record-iterations", type=int, default=3)
+    parser.add_argument("--plan-time-limit", type=float, default=20)
+    args = parser.parse_args(argv)
+    if args.snapshot and args.allocator == "loom":
+        parser.error("--snapshot records PyTorch's allocator (torch or "
+                     "expandable), not loom")
+    if args.steps < 1 or args.warmup < 0:
+        parser.error("--steps must be positive and --warmup not negative")
+    return args
+
+
+def choose_allocator(args):
+    """Before torch touches CUDA. Returns the loom module or None."""
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    if "expandable_segments" in conf:
+        raise SystemExit("PYTORCH_CUDA_ALLOC_CONF already sets "
+                         "expandable_segments; unset it")
+    if args.allocator == "expandable":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = ",".join(
+            filter(None, [conf, "expandable_segments:True"]))
+    if args.allocator != "loom":
+        return None
+    import loom  # pylint: disable=import-outside-toplevel
+    loom.enable(mode="auto", workdir=args.workdir,
+                record_iterations=args.record_iterations,
+                plan_args=["--time-limit", str(args.plan_time_limit)])
+    return loom
+
+
+def is_oom(torch, error):
+    oom_type = getattr(torch, "OutOfMemoryError",
+                       getattr(torch.cuda, "OutOfMemoryError", ()))
+    if oom_type and isinstance(error, oom_type):
+        return True
+    return isinstance(error, RuntimeError) and "out of memory" in str(error)
+
+
+def environment(torch):
+    props = torch.cuda.get_device_properties(0)
+    return {"gpu": props.name, "gpu_memory_bytes": props.total_memory,
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "python": sys.version.split()[0]}
+
+
+def loom_counters(loom):
+    stats = loom.memory_stats()
+    return {"driver_calls": stats.get("loom.driver_calls.total", 0),
+            "plan_hits": stats.get("loom.plan_hits", 0),
+            "plan_misses": stats.get("loom.plan_misses", 0),
+            "dynamic_requests": stats.get("loom.dynamic_requests", 0)}
+
+
+def train(args, torch, loom, result):
+    spec = models.spec(args.model, args.scale)
+    micro_batch = args.micro_batch or spec.micro_batch
+    result["micro_batch"] = micro_batch
+    trainer = models.build(torch, spec, micro_batch)
+    if loom is not None:
+        loom.watch(trainer.model, dynamic=models.dynamic_modules(spec))
+        loom.watch(trainer.optimizer)
+    step = 0
+    started = time.monotonic()
+    # loom: record, plan, then warm up on the plan.
+    if loom is not None:
+        for _ in range(args.record_iterations + 1):
+            trainer.step(step)
+            step += 1
+        loom.wait_for_plan(timeout=600)
+        result["plan_wait_s"] = time.monotonic() - started
+    for _ in range(args.warmup):
+        trainer.step(step)
+        step += 1
+    before = loom_counters(loom) if loom is not None else None
+    times, losses = [], []
+    for _ in range(args.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        losses.append(trainer.step(step))
+        times.append(time.perf_counter() - t0)
+        step += 1
+    result["step_seconds"] = times
+    result["median_step_s"] = statistics.median(times)
+    result["final_loss"] = losses[-1]
+    if loom is not None:
+        after = loom_counters(loom)
+        delta = {k: after[k] - before[k] for k in after}
+        result["timed"] = delta
+        result["driver_calls_per_step"] = delta["driver_calls"] / args.steps
+        planned = delta["plan_hits"] + delta["plan_misses"]
+        result["hit_rate"] = delta["plan_hits"] / planned if planned else None
+        status = loom.status()
+        result["loom_state"] = status["state"]
+        result["plan_error"] = status["plan_error"]
+        result["trace"] = status["files"].get("trace")
+
+
+def memory(torch, result):
+    stats = torch.cuda.memory_stats()
+    for key in ("allocated_bytes.all.peak", "reserved_bytes.all.peak",
+                "num_alloc_retries", "num_ooms"):
+        result[key] = stats.get(key)
+    allocated = result["allocated_bytes.all.peak"]
+    reserved = result["reserved_bytes.all.peak"]
+    result["efficiency"] = allocated / reserved if reserved else None
+    free, total = torch.cuda.mem_get_info()
+    result["device_used_bytes"] = total - free
+
+
+def main(argv):
+    args = parse_args(argv)
+    result = {"model": args.model, "allocator": args.allocator,
+              "scale": args.scale, "warmup": args.warmup,
+              "steps": args.steps, "oom": False}
+    out = Path(args.out)
+    code = 0
+    loom = None
+    try:
+        loom = choose_allocator(args)
+        import torch  # pylint: disable=import-outside-toplevel
+        if args.snapshot:
+            torch.cuda.memory._record_memory_history(  # pylint: disable=protected-access
+                max_entries=args.snapshot_entries, context=None)
+        result["env"] = environment(torch)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            train(args, torch, loom, result)
+        except Exception as error:  # pylint: disable=broad-except
+            if not is_oom(torch, error):
+                raise
+            result["oom"] = True
+            result["error"] = str(error)[:1000]
+        memory(torch, result)
+        if args.snapshot:
+            torch.cuda.memory._dump_snapshot(args.snapshot)  # pylint: disable=protected-access
+        if loom is not None:
+            loom.finish()
+    except BaseException as error:  # pylint: disable=broad-except
+        result["error"] = "".join(traceback.format_exception(error))[-4000:]
+        code = 1
+    out.write_text(json.dumps(result, indent=1, default=str))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,287 @@
+"""The GPU training comparison (bench/gpu/train/) without a GPU: the
+interleaved schedule, the largest-micro-batch search, `run` end to end with
+a fake worker (tests/python/fake_train_worker.py), the fidelity pipeline on
+a real PyTorch snapshot with the real loom_tool, and the table."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "bench" / "gpu" / "train"
+sys.path.insert(0, str(TRAIN))
+import compare  # noqa: E402  pylint: disable=wrong-import-position
+import models  # noqa: E402  pylint: disable=wrong-import-position
+import table  # noqa: E402  pylint: disable=wrong-import-position
+
+FAKE_WORKER = Path(__file__).resolve().parent / "fake_train_worker.py"
+SNAPSHOT = (ROOT / "bench" / "data" / "pytorch_snapshots" / "raw" /
+            "magma27_small_ctx256_b32_fwd_bwd.pickle")
+GiB = 1 << 30
+
+
+# ------------------------------------------------------- the schedule
+
+
+def check_schedule(order, microbatches, chunks):
+    """Every (chunk, mb) runs forward once and backward once, in an order a
+    pipeline could run: forward of a chunk after the previous chunk's
+    forward, backward after its forward and after the next chunk's
+    backward. Returns the most micro-batch chunks alive at once."""
+    done, alive, most = set(), 0, 0
+    for kind, chunk, mb in order:
+        assert (kind, chunk, mb) not in done, (kind, chunk, mb)
+        if kind == "F":
+            if chunk > 0:
+                assert ("F", chunk - 1, mb) in done
+            alive += 1
+        else:
+            assert ("F", chunk, mb) in done
+            if chunk < chunks - 1:
+                assert ("B", chunk + 1, mb) in done
+            alive -= 1
+        most = max(most, alive)
+        done.add((kind, chunk, mb))
+    assert len(done) == 2 * microbatches * chunks
+    return most
+
+
+@pytest.mark.parametrize("microbatches,stages,chunks,rank", [
+    (8, 4, 2, 0), (8, 4, 2, 3), (4, 2, 2, 0), (12, 4, 3, 1), (4, 4, 1, 0),
+    (3, 1, 1, 0), (2, 2, 4, 0)])
+def test_interleaved_order_is_a_valid_pipeline_schedule(microbatches, stages,
+                                                       chunks, rank):
+    order = models.interleaved_order(microbatches, stages, chunks, rank)
+    most = check_schedule(order, microbatches, chunks)
+    warmup = min(microbatches * chunks,
+                 (stages - rank - 1) * 2 + (chunks - 1) * stages)
+    # The warm-up forwards are all alive when the first backward runs.
+    assert most >= max(1, warmup)
+    assert [k for k, _, _ in order[:warmup]] == ["F"] * warmup
+
+
+def test_interleaved_order_keeps_several_micro_batches_alive():
+    # The default model's schedule: rank 0 of 4 stages, 2 chunks.
+    # 10 warm-up forwards, then one more forward before each backward.
+    order = models.interleaved_order(8, 4, 2)
+    assert check_schedule(order, 8, 2) == 11
+    assert order[:5] == [("F", 0, 0), ("F", 0, 1), ("F", 0, 2), ("F", 0, 3),
+                         ("F", 1, 0)]
+
+
+@pytest.mark.parametrize("args,match", [
+    ((6, 4, 2), "multiple of stages"), ((0, 1, 1), "positive"),
+    ((4, 2, 2, 2), "rank 2")])
+def test_interleaved_order_rejects_bad_shapes(args, match):
+    with pytest.raises(ValueError, match=match):
+        models.interleaved_order(*args)
+
+
+def test_specs():
+    assert models.spec("llama1b").dims[:3] == (32000, 2048, 22)
+    assert models.spec("llama1b_recompute").recompute
+    assert not models.spec("moe").dense
+    tiny = models.spec("gpt2_interleaved", "tiny")
+    models.interleaved_order(tiny.microbatches, tiny.stages, tiny.chunks)
+    assert tiny.seq < models.spec("gpt2_interleaved").seq
+    with pytest.raises(ValueError, match="unknown model"):
+        models.spec("gpt5")
+    with pytest.raises(ValueError, match="unknown scale"):
+        models.spec("moe", "huge")
+    assert models.dynamic_modules(models.spec("moe")) is not None
+    assert models.dynamic_modules(models.spec("llama1b")) is None
+
+
+# ------------------------------------------------------- the search
+
+
+@pytest.mark.parametrize("limit", [1, 7, 64])
+def test_largest_fitting_finds_the_boundary_in_few_probes(limit):
+    for truth in range(0, limit + 1):
+        for start in (1, 4, 8, limit):
+            calls = []
+
+            def probe(n, truth=truth, calls=calls):
+                calls.append(n)
+                return n <= truth
+            largest, seen = compare.largest_fitting(probe, start, limit)
+            assert largest == truth, (truth, start, limit)
+            assert len(calls) == len(set(calls)) == len(seen)
+            assert all(1 <= n <= limit for n in calls)
+            assert len(calls) <= 2 * math.ceil(math.log2(limit + 1)) + 2
+
+
+def test_fits_tells_oom_from_failure():
+    assert compare.fits({"returncode": 0})
+    assert not compare.fits({"returncode": 0, "oom": True})
+    with pytest.raises(RuntimeError, match="boom"):
+        compare.fits({"returncode": 1, "error": "boom", "model": "m",
+                      "allocator": "a"})
+
+
+# ------------------------------------------------------- run end to end
+
+
+def run_compare(tmp_path, *extra, env_extra=None):
+    env = dict(os.environ)
+    env.update(FAKE_LIMITS=json.dumps({"torch": 12, "expandable": 14,
+                                       "loom": 19}))
+    env.update(env_extra or {})
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, str(TRAIN / "compare.py"), "run", "--out", str(out),
+         "--worker", str(FAKE_WORKER), "--steps", "3", "--warmup", "1",
+         "--max-micro-batch", "32", *extra],
+        capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out, compare.read_results([out / "results.jsonl"])
+
+
+def test_run_measures_searches_and_packs_traces(tmp_path):
+    out, lines = run_compare(tmp_path, "--models", "llama1b,moe", "--search",
+                             "--traces")
+    measured = table.latest(lines, "measure")
+    assert set(measured) == {(m, a) for m in ("llama1b", "moe")
+                             for a in compare.ALLOCATORS}
+    assert measured[("moe", "torch")]["micro_batch"] == 8
+    largest = table.latest(lines, "largest")
+    assert {k: v["largest"] for k, v in largest.items()} == {
+        (m, a): n for m in ("llama1b", "moe")
+        for a, n in (("torch", 12), ("expandable", 14), ("loom", 19))}
+    probes = [l for l in lines if l["kind"] == "probe"]
+    assert all("step_seconds" not in p for p in probes)
+    assert any(p["oom"] for p in probes)
+    # Traces: loom's trace and fingerprint per model, in one tarball.
+    with tarfile.open(out / "traces.tar.xz") as tar:
+        names = sorted(tar.getnames())
+    assert names == ["llama1b.loom.trace.rank0.ltb",
+                     "llama1b.loom.trace.rank0.ltb.json",
+                     "moe.loom.trace.rank0.ltb",
+                     "moe.loom.trace.rank0.ltb.json"]
+    assert not (out / "work").exists() and not (out / "traces").exists()
+    text = (out / "gpu.md").read_text()
+    assert "| llama1b | loom | 4 | 4.00 GiB | 4.02 GiB | 99.50% | 100.5 ms " \
+           "| 1.005 | 0 | 100.0% | 19 |" in text
+    assert "| llama1b | torch | 4 | 4.00 GiB | 4.44 GiB | 90.00% |" in text
+    assert "| efficiency ≥ 99% | llama1b | 99.50% | yes |" in text
+    assert "| efficiency ≥ 98% | moe | 99.50% | yes |" in text
+    assert "| step time within 1% of torch | moe | 1.005× | yes |" in text
+    assert "| peak reserved < expandable | moe |" in text
+    # Driver calls are a target on the dense models only.
+    assert "| 0 driver calls per step (dense) | llama1b | 0 | yes |" in text
+    assert "(dense) | moe" not in text
+
+
+def test_run_reports_failures_and_budget(tmp_path):
+    _, lines = run_compare(tmp_path, "--models", "llama1b",
+                           env_extra={"FAKE_FAIL": "llama1b/expandable"})
+    measured = table.latest(lines, "measure")
+    assert measured[("llama1b", "expandable")]["returncode"] == 1
+    text = table.make_table(lines)
+    assert "| llama1b | expandable (failed) |" in text
+    assert "- measure llama1b/expandable: RuntimeError: CUDA error: boom" \
+        in text
+    # No time left: everything is skipped, and said so.
+    _, lines = run_compare(tmp_path / "b", "--models", "moe", "--budget", "1")
+    skipped = [l for l in lines if l["kind"] == "skipped"]
+    assert len(skipped) == 3
+    assert "skipped (time budget): measure moe/loom" in \
+        table.make_table(lines)
+
+
+def test_fidelity_on_a_real_snapshot(tmp_path):
+    from loom import _paths  # pylint: disable=import-outside-toplevel
+    try:
+        _paths.loom_tool()
+    except _paths.NotBuiltError as error:
+        pytest.skip(f"loom_tool is not built: {error}")
+    real_reserved = 14_180_941_824  # PyTorch's, at the dump (README)
+    _, lines = run_compare(
+        tmp_path, "--models", "gpt2_interleaved", "--allocators", "torch",
+        "--fidelity", "--traces",
+        env_extra={"FAKE_SNAPSHOT": str(SNAPSHOT),
+                   "FAKE_SNAPSHOT_RESERVED": str(real_reserved)})
+    (fidelity,) = [l for l in lines if l["kind"] == "fidelity"]
+    assert "error" not in fidelity, fidelity
+    assert fidelity["real_peak_reserved"] == real_reserved
+    simulated = fidelity["simulated_peak_reserved"]
+    # The caching-allocator simulator reproduces this snapshot closely.
+    assert abs(simulated - real_reserved) / real_reserved < 0.05
+    assert fidelity["relative_error"] == pytest.approx(
+        (simulated - real_reserved) / real_reserved)
+    assert set(fidelity["simulated"]) == {"pytorch", "pytorch_expandable",
+                                          "loom"}
+    assert fidelity["simulated"]["loom"]["peak_reserved"] <= simulated
+    text = table.make_table(lines)
+    assert "## Simulator fidelity" in text
+    assert f"| gpt2_interleaved | torch | {real_reserved / GiB:.2f} GiB |" \
+        in text
+
+
+# ------------------------------------------------------- table, unpack
+
+
+def test_table_with_driver_costs(tmp_path):
+    costs = {"device": "NVIDIA H100", "driver_version": 13000,
+             "granularity_minimum": 2097152,
+             "granularity_recommended": 2097152, "rounds": 50,
+             "sizes": [{"bytes": 2097152,
+                        "cuMemCreate": {"median_us": 12.25, "p99_us": 40.5},
+                        "cuMemMap": {"median_us": 3.0, "p99_us": 9.0}}]}
+    (tmp_path / "costs.json").write_text(json.dumps(costs))
+    results = tmp_path / "r.jsonl"
+    results.write_text(json.dumps({"kind": "run", "argv": ["run"],
+                                   "date": "2026-11-22T10:00Z",
+                                   "host": "x"}) + "\n")
+    done = subprocess.run(
+        [sys.executable, str(TRAIN / "compare.py"), "table", str(results),
+         "--driver-costs", str(tmp_path / "costs.json"), "--command",
+         "tests/gpu/run_gpu.sh train $OUT"],
+        capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "- driver version: 13000" in done.stdout
+    assert "| 2,097,152 | cuMemCreate | 12.2 | 40.5 |" in done.stdout
+    assert "Granularity: 2097152 bytes minimum" in done.stdout
+    assert "- date: 2026-11-22T10:00Z" in done.stdout
+
+
+def test_table_refuses_a_corrupt_results_file(tmp_path):
+    results = tmp_path / "r.jsonl"
+    results.write_text('{"kind": "run"}\n{"kind": "meas\n')
+    with pytest.raises(SystemExit, match="r.jsonl:2: not JSON"):
+        compare.read_results([results])
+
+
+def test_unpack_traces_refuses_paths_outside(tmp_path):
+    good = tmp_path / "good.tar.xz"
+    (tmp_path / "a.ltb").write_bytes(b"trace")
+    with tarfile.open(good, "w:xz") as tar:
+        tar.add(tmp_path / "a.ltb", arcname="a.ltb")
+    into = tmp_path / "into"
+    assert compare.main(["unpack-traces", str(good), "--into",
+                         str(into)]) == 0
+    assert (into / "a.ltb").read_bytes() == b"trace"
+    bad = tmp_path / "bad.tar.xz"
+    with tarfile.open(bad, "w:xz") as tar:
+        tar.add(tmp_path / "a.ltb", arcname="../escape.ltb")
+    with pytest.raises(SystemExit, match="unexpected member"):
+        compare.main(["unpack-traces", str(bad), "--into", str(into)])
+    assert not (tmp_path / "escape.ltb").exists()
+
+
+def test_pack_traces_leaves_out_the_largest_to_fit(tmp_path):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "small").write_bytes(b"x" * 100)
+    (traces / "big").write_bytes(os.urandom(200_000))  # incompressible
+    left_out = compare.pack_traces(traces, tmp_path / "t.tar.xz",
+                                   limit=50_000)
+    assert left_out == ["big"]
+    with tarfile.open(tmp_path / "t.tar.xz") as tar:
+        assert tar.getnames() == ["small"]
