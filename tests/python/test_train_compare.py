@@ -187,6 +187,12 @@ def test_run_reports_failures_and_budget(tmp_path):
     assert "| llama1b | expandable (failed) |" in text
     assert "- measure llama1b/expandable: RuntimeError: CUDA error: boom" \
         in text
+    # A loom run whose planning failed is marked, not passed off as planned.
+    lines.append(dict(measured[("llama1b", "loom")], loom_state="fallback",
+                      plan_error="planner crashed"))
+    text = table.make_table(lines)
+    assert "| llama1b | loom (not planned: fallback) |" in text
+    assert "- loom did not plan llama1b: planner crashed" in text
     # No time left: everything is skipped, and said so.
     _, lines = run_compare(tmp_path / "b", "--models", "moe", "--budget", "1")
     skipped = [l for l in lines if l["kind"] == "skipped"]

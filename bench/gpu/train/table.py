@@ -126,6 +126,9 @@ def training_lines(lines):
             status = " (OOM)"
         elif m.get("error"):
             status = " (failed)"
+        elif allocator == "loom" and m.get("loom_state") not in (None,
+                                                                 "planned"):
+            status = f" (not planned: {m['loom_state']})"
         step = m.get("median_step_s")
         out.append(
             f"| {model} | {allocator}{status} | {m.get('micro_batch', '—')} | "
@@ -223,6 +226,9 @@ def failure_lines(lines):
             out.append(f"- {line['kind']} {line.get('model')}/"
                        f"{line.get('allocator')}: "
                        f"{str(line['error']).strip().splitlines()[-1][:300]}")
+        if line.get("kind") == "measure" and line.get("plan_error"):
+            out.append(f"- loom did not plan {line.get('model')}: "
+                       f"{str(line['plan_error'])[:300]}")
         if line.get("kind") == "skipped":
             out.append(f"- skipped (time budget): {line['what']} "
                        f"{line['model']}/{line['allocator']}")
