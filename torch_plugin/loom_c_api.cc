@@ -10,6 +10,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "torch_plugin/runtime.h"
 
@@ -58,17 +59,19 @@ Status Malloc(ssize_t size, int device, void* stream, void** out) {
   return loom::OkStatus();
 }
 
-// What loom_torch_malloc throws: PyTorch's wording for out of memory, so
+// What loom_torch_malloc throws for a failure of `code` whose status text is
+// `reason` ("OUT_OF_MEMORY: ..."): PyTorch's wording for out of memory, so
 // code that recognises PyTorch's OOM recognises loom's.
-std::string TorchMallocMessage(const Status& status, ssize_t size, int device) {
-  if (status.code() == StatusCode::kOutOfMemory) {
+std::string TorchMallocMessage(int code, std::string_view reason, ssize_t size,
+                               int device) {
+  if (code == static_cast<int>(StatusCode::kOutOfMemory)) {
     return fmt::format(
-        "CUDA out of memory. loom could not allocate {} bytes on device {}: "
-        "{}",
-        size, device, status.message());
+        "CUDA out of memory. loom could not allocate {} bytes on device {} "
+        "({})",
+        size, device, reason);
   }
-  return fmt::format("loom: allocation of {} bytes on device {} failed: {}",
-                     size, device, status.ToString());
+  return fmt::format("loom: allocation of {} bytes on device {} failed ({})",
+                     size, device, reason);
 }
 
 }  // namespace
@@ -90,15 +93,14 @@ LOOM_EXPORT void* loom_malloc(ssize_t size, int device, void* stream) {
 
 LOOM_EXPORT void* loom_torch_malloc(ssize_t size, int device, void* stream) {
   void* result = nullptr;
-  Status status = loom::OkStatus();
-  Guarded([&] {
-    status = Malloc(size, device, stream, &result);
-    return status;
-  });
-  if (status.ok()) return result;
+  const int code =
+      Guarded([&] { return Malloc(size, device, stream, &result); });
+  if (code == 0) return result;
   // The one exception that crosses the C ABI (see loom_c_api.h): thrown
-  // with no lock held and nothing allocated.
-  throw std::runtime_error(TorchMallocMessage(status, size, device));
+  // with no lock held and nothing allocated. The guard has recorded the
+  // failure (an exception inside it included) as this thread's last error.
+  throw std::runtime_error(
+      TorchMallocMessage(code, loom::plugin::LastError(), size, device));
 }
 
 LOOM_EXPORT void loom_free(void* ptr, ssize_t size, int device, void* stream) {
