@@ -142,6 +142,22 @@ TEST(AllocatorTest, PlannedIterationsHitEveryTimeWithNoDriverCalls) {
   }
 }
 
+TEST(AllocatorTest, LoadingAPlanMapsEachPageOnceAndGrantsAccessOnce) {
+  auto d = Host();
+  auto a = Make(*d);
+  auto before = d->all_calls();
+  ASSERT_TRUE(a->LoadPlan(PlanFor(kIteration, 3 * kG)).ok());
+  auto after = d->all_calls();
+  auto delta = [&](DriverOp op) {
+    return after[static_cast<size_t>(op)] - before[static_cast<size_t>(op)];
+  };
+  EXPECT_EQ(delta(DriverOp::kCreate), 3u);
+  EXPECT_EQ(delta(DriverOp::kMap), 3u);
+  EXPECT_EQ(delta(DriverOp::kSetAccess), 1u) << "one call for the region";
+  // Access really covers every page: the host backend faults otherwise.
+  RunIteration(*a, *d, kIteration, 0);
+}
+
 TEST(AllocatorTest, APlannedRangeStillInUseIsAMissServedElsewhere) {
   auto d = Host();
   auto a = Make(*d);

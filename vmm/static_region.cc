@@ -32,7 +32,9 @@ StatusOr<std::unique_ptr<StaticRegion>> StaticRegion::Create(
       new StaticRegion(driver, pool, base, g, plan.period));
   region->granules_.resize(pages.size());
   region->schedule_.resize(pages.size());
-  // Map page by page; on failure the destructor unmaps what was mapped.
+  // Map page by page, then grant access to the whole region in one call
+  // (cuMemSetAccess takes any fully mapped range, across mappings); on
+  // failure the destructor unmaps what was mapped.
   for (uint32_t i = 0; i < pages.size(); ++i) {
     Page& page = pool.page(pages[i]);
     LOOM_CHECK(page.live && page.static_granule == kNoGranule);
@@ -40,8 +42,8 @@ StatusOr<std::unique_ptr<StaticRegion>> StaticRegion::Create(
     LOOM_RETURN_IF_ERROR(driver.Map(at, g, page.handle));
     page.static_granule = i;
     region->granules_[i].page = pages[i];
-    LOOM_RETURN_IF_ERROR(driver.SetAccess(at, g, device));
   }
+  LOOM_RETURN_IF_ERROR(driver.SetAccess(base, plan.region_bytes, device));
   // The planned schedule of every granule.
   auto touch = [&](const PlannedRequest& r, auto&& visit) {
     if (r.offset == kUnplanned) return;

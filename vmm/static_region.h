@@ -28,8 +28,9 @@ class StaticRegion {
  public:
   static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
-  // Reserves the region and maps `pages[i]` at granule i, with access for
-  // `device`. On failure everything done so far is undone.
+  // Reserves the region and maps `pages[i]` at granule i, then grants
+  // `device` access to the whole region in one call. On failure everything
+  // done so far is undone.
   // REQUIRES: pages.size() * granularity == plan.region_bytes; each page is
   // live and mapped nowhere.
   static StatusOr<std::unique_ptr<StaticRegion>> Create(
