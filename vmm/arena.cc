@@ -98,22 +98,28 @@ Arena::Candidate Arena::Examine(uint64_t block, uint64_t bsize, uint64_t size,
 Status Arena::MapGranule(uint64_t granule, PageId id) {
   Page& page = pool_.page(id);
   LOOM_CHECK(page.live && page.arena_granule == kNoGranule);
-  DevicePtr at = base_ + granule * granularity_;
-  LOOM_RETURN_IF_ERROR(driver_.Map(at, granularity_, page.handle));
-  Status access = driver_.SetAccess(at, granularity_, device_);
-  if (!access.ok()) {
-    Status undo = driver_.Unmap(at, granularity_);
-    if (!undo.ok()) {
-      fmt::print(stderr, "loom: undoing a mapping failed: {}\n",
-                 undo.ToString());
-    }
-    return access;
-  }
+  LOOM_RETURN_IF_ERROR(
+      driver_.Map(base_ + granule * granularity_, granularity_, page.handle));
   page.arena_granule = static_cast<uint32_t>(granule);
   granule_page_[granule] = id;
   ++mapped_granules_;
   ++maps_;
   return OkStatus();
+}
+
+void Arena::UnmapFresh(const std::vector<uint64_t>& fresh) {
+  for (uint64_t k : fresh) {
+    Status undo = driver_.Unmap(base_ + k * granularity_, granularity_);
+    if (!undo.ok()) {
+      fmt::print(stderr, "loom: undoing a mapping failed: {}\n",
+                 undo.ToString());
+    } else {
+      ++unmaps_;
+    }
+    pool_.page(granule_page_[k]).arena_granule = kNoGranule;
+    granule_page_[k] = kNoPage;
+    --mapped_granules_;
+  }
 }
 
 void Arena::TakeFromBlock(uint64_t block, uint64_t position, uint64_t size) {
@@ -166,16 +172,29 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
   // While granules of this place are being mapped, ReclaimIdle leaves them.
   placing_first_ = first;
   placing_last_ = last;
-  for (uint64_t k = first; k <= last; ++k) {
+  // Map the missing granules, then grant access to all of them in one call
+  // (over the span from the first to the last fresh granule: every granule
+  // between is mapped by then). Until access is granted the fresh granules
+  // are inside the placing range, which ReclaimIdle leaves alone; on any
+  // failure they are unmapped again, so no mapping without access remains.
+  std::vector<uint64_t> fresh;
+  Status placed = OkStatus();
+  for (uint64_t k = first; k <= last && placed.ok(); ++k) {
     if (granule_page_[k] != kNoPage) continue;
     StatusOr<PageId> page = policy.Acquire(stream, until);
-    Status mapped = page.ok() ? MapGranule(k, *page) : page.status();
-    if (!mapped.ok()) {
-      placing_first_ = placing_last_ = kNoPlace;
-      return mapped;
-    }
+    placed = page.ok() ? MapGranule(k, *page) : page.status();
+    if (placed.ok()) fresh.push_back(k);
+  }
+  if (placed.ok() && !fresh.empty()) {
+    placed = driver_.SetAccess(
+        base_ + fresh.front() * granularity_,
+        (fresh.back() - fresh.front() + 1) * granularity_, device_);
   }
   placing_first_ = placing_last_ = kNoPlace;
+  if (!placed.ok()) {
+    UnmapFresh(fresh);
+    return placed;
+  }
   TakeFromBlock(best.block, best.position, size);
   for (uint64_t k = first; k <= last; ++k)
     ++pool_.page(granule_page_[k]).arena_users;

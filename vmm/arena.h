@@ -56,9 +56,10 @@ class Arena {
   // Unmaps every granule and frees the reservation. REQUIRES: nothing live.
   ~Arena();
 
-  // Places `size` bytes (rounded up to 512). On success, every page touched
-  // has arena_users incremented. On failure nothing is allocated (granules
-  // mapped on the way stay mapped and idle).
+  // Places `size` bytes (rounded up to 512), mapping the granules it lacks
+  // (one map per granule, one set-access for all of them). On success,
+  // every page touched has arena_users incremented. On failure nothing is
+  // allocated and the granules mapped on the way are unmapped again.
   StatusOr<DevicePtr> Allocate(uint64_t size, Stream stream, int64_t until,
                                PagePolicy& policy);
   // REQUIRES: (ptr, size) is a live allocation made by Allocate(size, ...).
@@ -103,7 +104,10 @@ class Arena {
   // Looks for a place for `size` bytes inside the free block [block, +bsize).
   Candidate Examine(uint64_t block, uint64_t bsize, uint64_t size,
                     Stream stream, int64_t until, PagePolicy& policy) const;
+  // Maps `page` at `granule` (access is granted by the caller).
   Status MapGranule(uint64_t granule, PageId page);
+  // Unmaps granules mapped by the Allocate in progress (on its failure).
+  void UnmapFresh(const std::vector<uint64_t>& fresh);
   void TakeFromBlock(uint64_t block, uint64_t position, uint64_t size);
   void InsertFree(uint64_t offset, uint64_t size);
   void EraseFree(std::map<uint64_t, uint64_t>::iterator it);

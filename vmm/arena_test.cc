@@ -115,5 +115,57 @@ TEST_F(ArenaFixture, FailedAcquireAllocatesNothing) {
   arena->CheckInvariants();
 }
 
+TEST_F(ArenaFixture, NewGranulesGetAccessInOneCall) {
+  DevicePtr x = *arena->Allocate(kG, 0, -1, policy);  // granule 0
+  const uint64_t access = driver.calls(DriverOp::kSetAccess);
+  const uint64_t maps = driver.calls(DriverOp::kMap);
+  // Granules 1-4 are new: four maps, one set-access over all of them.
+  DevicePtr y = *arena->Allocate(4 * kG, 0, -1, policy);
+  EXPECT_EQ(y, x + kG);
+  EXPECT_EQ(driver.calls(DriverOp::kMap), maps + 4);
+  EXPECT_EQ(driver.calls(DriverOp::kSetAccess), access + 1);
+  EXPECT_EQ(arena->mapped_granules(), 5u);
+  arena->Free(x, kG, 0);
+  arena->Free(y, 4 * kG, 0);
+  arena->CheckInvariants();
+}
+
+TEST_F(ArenaFixture, AFailedSetAccessLeavesNoMappingBehind) {
+  DevicePtr x = *arena->Allocate(kG, 0, -1, policy);
+  const uint64_t unmaps = driver.calls(DriverOp::kUnmap);
+  driver.InjectFailure(DriverOp::kSetAccess, 1, InternalError("injected"));
+  EXPECT_EQ(arena->Allocate(3 * kG, 0, -1, policy).status().code(),
+            StatusCode::kInternal);
+  // The three granules mapped for it were unmapped again; their pages are
+  // mapped nowhere (spare), and nothing is live but x.
+  EXPECT_EQ(arena->mapped_granules(), 1u);
+  EXPECT_EQ(driver.calls(DriverOp::kUnmap), unmaps + 3);
+  EXPECT_EQ(driver.contract_counts().mappings, 1u);
+  for (PageId id = 0; id < pool.slots(); ++id) {
+    if (id != arena->PageAt(x)) {
+      EXPECT_EQ(pool.page(id).arena_granule, kNoGranule);
+    }
+  }
+  EXPECT_EQ(arena->live_bytes(), kG);
+  arena->CheckInvariants();
+  // The next try succeeds, where the failed one would have been.
+  DevicePtr y = *arena->Allocate(3 * kG, 0, -1, policy);
+  EXPECT_EQ(y, x + kG);
+  EXPECT_EQ(arena->mapped_granules(), 4u);
+  arena->Free(x, kG, 0);
+  arena->Free(y, 3 * kG, 0);
+  arena->CheckInvariants();
+}
+
+TEST_F(ArenaFixture, AFailedMapUndoesTheGranulesMappedBeforeIt) {
+  driver.InjectFailure(DriverOp::kMap, 3, InternalError("injected"));
+  EXPECT_EQ(arena->Allocate(4 * kG, 0, -1, policy).status().code(),
+            StatusCode::kInternal);
+  EXPECT_EQ(arena->mapped_granules(), 0u);
+  EXPECT_EQ(driver.contract_counts().mappings, 0u);
+  EXPECT_EQ(driver.calls(DriverOp::kSetAccess), 0u);
+  arena->CheckInvariants();
+}
+
 }  // namespace
 }  // namespace loom::vmm
