@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "plan/base/json.h"
+#include "plan/base/text.h"
 #include "vmm/cuda_driver.h"
 #include "vmm/driver_factory.h"
 

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "plan/base/json.h"
+#include "plan/base/text.h"
 #include "plan/instance_input.h"
 #include "plan/minimalloc_csv.h"
 #include "plan/plan_file.h"

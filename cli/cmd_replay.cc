@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "plan/base/json.h"
+#include "plan/base/text.h"
 #include "vmm/plan_loader.h"
 
 namespace loom::cli {

@@ -56,19 +56,6 @@ StatusOr<uint64_t> ParseSize(std::string_view text) {
   return InvalidArgumentError("'{}' has an unknown unit '{}'", text, suffix);
 }
 
-std::string FormatBytes(uint64_t bytes) {
-  static constexpr const char* kNames[] = {"B",   "KiB", "MiB",
-                                           "GiB", "TiB", "PiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 5) {
-    value /= 1024.0;
-    ++unit;
-  }
-  if (unit == 0) return fmt::format("{} B", bytes);
-  return fmt::format("{:.2f} {}", value, kNames[unit]);
-}
-
 FlagParser::FlagParser(std::string command, std::string usage,
                        std::string description)
     : command_(std::move(command)),

@@ -27,9 +27,6 @@ namespace loom::cli {
 // ones (KB, MB, GB, TB) powers of 1000.
 StatusOr<uint64_t> ParseSize(std::string_view text);
 
-// "1.50 GiB", "512 B": a byte count for humans.
-std::string FormatBytes(uint64_t bytes);
-
 class FlagParser {
  public:
   FlagParser(std::string command, std::string usage, std::string description);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "plan/base/text.h"
+
 namespace loom::cli {
 namespace {
 

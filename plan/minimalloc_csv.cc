@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "plan/base/text.h"
+
 namespace loom::plan {
 namespace {
 
@@ -17,26 +19,16 @@ enum class Column {
   kOffset
 };
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-    s.remove_prefix(1);
-  while (!s.empty() &&
-         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
-
 std::vector<std::string_view> SplitCommas(std::string_view line) {
   std::vector<std::string_view> fields;
   size_t begin = 0;
   while (true) {
     size_t comma = line.find(',', begin);
     if (comma == std::string_view::npos) {
-      fields.push_back(Trim(line.substr(begin)));
+      fields.push_back(TrimBlanks(line.substr(begin)));
       return fields;
     }
-    fields.push_back(Trim(line.substr(begin, comma - begin)));
+    fields.push_back(TrimBlanks(line.substr(begin, comma - begin)));
     begin = comma + 1;
   }
 }
@@ -95,7 +87,7 @@ StatusOr<CsvInstance> ParseMinimallocCsv(std::string_view text,
       return Status(s.code(),
                     fmt::format("{}:{}: {}", source, line_number, s.message()));
     };
-    if (Trim(line).empty()) continue;
+    if (TrimBlanks(line).empty()) continue;
     std::vector<std::string_view> fields = SplitCommas(line);
     if (columns.empty()) {
       for (std::string_view name : fields) {

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "plan/base/text.h"
+
 namespace loom::plan {
 namespace {
 
@@ -23,15 +25,6 @@ constexpr uint32_t kMaxSections = 1024;
 constexpr uint32_t kMaxString = 1 << 20;
 constexpr uint64_t kMaxBytes = uint64_t{1} << 56;
 constexpr uint64_t kMaxFileBytes = uint64_t{1} << 34;
-
-std::string TagName(uint32_t tag) {
-  std::string out;
-  for (int k = 0; k < 4; ++k) {
-    const char c = static_cast<char>((tag >> (8 * k)) & 0xff);
-    out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  }
-  return out;
-}
 
 bool PrintableTag(uint32_t tag) {
   for (int k = 0; k < 4; ++k) {

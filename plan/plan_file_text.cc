@@ -2,21 +2,10 @@
 #include <algorithm>
 #include <iterator>
 
+#include "plan/base/text.h"
 #include "plan/plan_file.h"
 
 namespace loom::plan {
-namespace {
-
-std::string TagName(uint32_t tag) {
-  std::string out;
-  for (int k = 0; k < 4; ++k) {
-    const char c = static_cast<char>((tag >> (8 * k)) & 0xff);
-    out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  }
-  return out;
-}
-
-}  // namespace
 
 uint64_t InstanceFingerprint(const Instance& instance) {
   uint64_t hash = 0xcbf29ce484222325ull;

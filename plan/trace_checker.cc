@@ -1,25 +1,12 @@
 #include "plan/trace_checker.h"
 
+#include "plan/base/text.h"
+
 namespace loom::plan {
 namespace {
 
 // Quoted for messages; long or odd names are shortened and escaped.
-std::string Shown(std::string_view name) {
-  std::string out = "'";
-  size_t n = 0;
-  for (unsigned char c : name) {
-    if (++n > 64) {
-      out += "...";
-      break;
-    }
-    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-    }
-  }
-  return out + "'";
-}
+std::string Shown(std::string_view name) { return QuotedForMessage(name, 64); }
 
 }  // namespace
 

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <vector>
 
+#include "plan/base/text.h"
+
 namespace loom::plan {
 namespace {
 
@@ -19,22 +21,7 @@ struct Token {
 };
 
 // Shows user text in a message: escaped, at most 40 bytes.
-std::string Shown(std::string_view text) {
-  std::string out = "'";
-  size_t n = 0;
-  for (unsigned char c : text) {
-    if (++n > 40) {
-      out += "...";
-      break;
-    }
-    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-    }
-  }
-  return out + "'";
-}
+std::string Shown(std::string_view text) { return QuotedForMessage(text, 40); }
 
 int HexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';

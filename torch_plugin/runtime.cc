@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "plan/base/text.h"
 #include "plan/trace_io.h"
 #include "vmm/driver_factory.h"
 #include "vmm/plan_loader.h"
@@ -11,16 +12,6 @@ namespace loom::plugin {
 namespace {
 
 thread_local std::string last_error;
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-    s.remove_prefix(1);
-  while (!s.empty() &&
-         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
 
 // Byte counts: plain integers or with a binary suffix (K, M, G, T, KiB...).
 StatusOr<uint64_t> ParseBytes(std::string_view key, std::string_view value) {
@@ -60,15 +51,15 @@ Status ParseSettings(std::string_view text, Settings& settings) {
   while (pos <= text.size()) {
     size_t end = text.find_first_of(";\n", pos);
     if (end == std::string_view::npos) end = text.size();
-    std::string_view item = Trim(text.substr(pos, end - pos));
+    std::string_view item = TrimBlanks(text.substr(pos, end - pos));
     pos = end + 1;
     if (item.empty()) continue;
     size_t eq = item.find('=');
     if (eq == std::string_view::npos) {
       return InvalidArgumentError("setting '{}' has no '='", item);
     }
-    std::string_view key = Trim(item.substr(0, eq));
-    std::string_view value = Trim(item.substr(eq + 1));
+    std::string_view key = TrimBlanks(item.substr(0, eq));
+    std::string_view value = TrimBlanks(item.substr(eq + 1));
     if (key == "backend") {
       if (value != "cuda" && value != "host" && value != "fake") {
         return InvalidArgumentError("backend '{}' is not cuda, host or fake",

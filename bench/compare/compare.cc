@@ -7,6 +7,7 @@
 
 #include "bench/sim/caching_allocator.h"
 #include "plan/base/json.h"
+#include "plan/base/text.h"
 
 namespace loom::bench {
 
@@ -74,19 +75,6 @@ StatusOr<Comparison> Compare(const plan::Trace& trace, std::string input,
   return comparison;
 }
 
-std::string HumanBytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B",   "KiB", "MiB",
-                                           "GiB", "TiB", "PiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 5) {
-    value /= 1024.0;
-    ++unit;
-  }
-  if (unit == 0) return fmt::format("{} B", bytes);
-  return fmt::format("{:.2f} {}", value, kUnits[unit]);
-}
-
 namespace {
 
 std::string Percent(double fraction) {
@@ -116,9 +104,9 @@ std::string FormatTable(const Comparison& c) {
       "{} events, {} allocations, {} iteration{}, {} stream{}, largest "
       "request {}\n",
       s.events, s.allocs, s.iterations, s.iterations == 1 ? "" : "s", s.streams,
-      s.streams == 1 ? "" : "s", HumanBytes(s.max_request));
+      s.streams == 1 ? "" : "s", FormatBytes(s.max_request));
   out += fmt::format("device capacity: {}\n\n",
-                     c.capacity == 0 ? "unlimited" : HumanBytes(c.capacity));
+                     c.capacity == 0 ? "unlimited" : FormatBytes(c.capacity));
   const std::string header =
       fmt::format("{:<20} {:>14} {:>14} {:>14} {:>11} {:>14} {:>8}\n",
                   "allocator", "peak alloc", "own alloc peak", "peak reserved",
@@ -128,8 +116,8 @@ std::string FormatTable(const Comparison& c) {
   for (const ReplayResult& r : c.rows) {
     out += fmt::format(
         "{:<20} {:>14} {:>14} {:>14} {:>11} {:>14} {:>8}{}\n", r.allocator,
-        HumanBytes(r.peak_requested), HumanBytes(r.peak_allocated),
-        HumanBytes(r.peak_reserved), Percent(r.efficiency()),
+        FormatBytes(r.peak_requested), FormatBytes(r.peak_allocated),
+        FormatBytes(r.peak_reserved), Percent(r.efficiency()),
         Percent(r.fragmentation()), r.driver_calls.total(),
         r.oom ? fmt::format("  OOM at event {}", r.oom_event) : "");
   }

@@ -90,9 +90,6 @@ std::string FormatJson(const Comparison& comparison);
 // and the downsampled series of every allocator.
 std::string FormatSeriesCsv(const Comparison& comparison);
 
-// "12.50 GiB", "512 B".
-std::string HumanBytes(uint64_t bytes);
-
 }  // namespace loom::bench
 
 #endif  // LOOM_BENCH_COMPARE_COMPARE_H_

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "bench/workloads/load.h"
+#include "plan/base/text.h"
 
 namespace loom::bench {
 namespace {
@@ -148,11 +149,11 @@ TEST(CompareTest, FactoryErrorsNameTheAllocator) {
   EXPECT_NE(result.status().message().find("broken"), std::string::npos);
 }
 
-TEST(CompareTest, HumanBytes) {
-  EXPECT_EQ(HumanBytes(512), "512 B");
-  EXPECT_EQ(HumanBytes(1536), "1.50 KiB");
-  EXPECT_EQ(HumanBytes(34 * kMiB), "34.00 MiB");
-  EXPECT_EQ(HumanBytes(uint64_t{5} << 30), "5.00 GiB");
+TEST(CompareTest, FormatBytesInTables) {
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(1536), "1.50 KiB");
+  EXPECT_EQ(FormatBytes(34 * kMiB), "34.00 MiB");
+  EXPECT_EQ(FormatBytes(uint64_t{5} << 30), "5.00 GiB");
 }
 
 }  // namespace

@@ -42,8 +42,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(HERE))
 import models  # noqa: E402  pylint: disable=wrong-import-position
-from table import (ALLOCATORS, make_table,  # noqa: E402,F401  pylint: disable=wrong-import-position
-                   read_results)
+from models import ALLOCATORS  # noqa: E402  pylint: disable=wrong-import-position
+from table import make_table, read_results  # noqa: E402  pylint: disable=wrong-import-position
 SIMULATED = {"torch": "pytorch", "expandable": "pytorch_expandable"}
 
 

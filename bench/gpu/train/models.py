@@ -30,6 +30,10 @@ torch and transformers are imported inside the builders only, so
 
 import dataclasses
 
+# The allocators compared: PyTorch's caching allocator, the same with
+# expandable_segments:True, loom (auto mode).
+ALLOCATORS = ("torch", "expandable", "loom")
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:

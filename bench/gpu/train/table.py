@@ -12,8 +12,8 @@ results of several runs can be merged. No torch.
 import json
 
 import models
+from models import ALLOCATORS
 
-ALLOCATORS = ("torch", "expandable", "loom")
 GiB = 1 << 30
 
 
@@ -48,13 +48,15 @@ def latest(lines, kind):
     return chosen
 
 
+def rank(key):
+    """Sort key of a (model, allocator): the order they are declared in."""
+    model, allocator = key
+    m = models.MODEL_NAMES.index(model) if model in models.MODEL_NAMES else 99
+    a = ALLOCATORS.index(allocator) if allocator in ALLOCATORS else 99
+    return m, a
+
+
 def order(keys):
-    def rank(key):
-        model, allocator = key
-        m = models.MODEL_NAMES.index(model) \
-            if model in models.MODEL_NAMES else 99
-        a = ALLOCATORS.index(allocator) if allocator in ALLOCATORS else 99
-        return m, a
     return sorted(keys, key=rank)
 
 
@@ -149,7 +151,7 @@ def target_rows(lines):
     measured = latest(lines, "measure")
     rows = []
     for model in sorted({k[0] for k in measured},
-                        key=lambda m: order([(m, "torch")])[0]):
+                        key=lambda m: rank((m, "torch"))):
         loom = measured.get((model, "loom"))
         if not loom or loom.get("oom") or loom.get("error"):
             rows.append(("loom ran", model, "no result", False))

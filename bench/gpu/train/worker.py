@@ -34,13 +34,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import models  # noqa: E402  pylint: disable=wrong-import-position
 
-ALLOCATORS = ("torch", "expandable", "loom")
-
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=models.MODEL_NAMES, required=True)
-    parser.add_argument("--allocator", choices=ALLOCATORS, required=True)
+    parser.add_argument("--allocator", choices=models.ALLOCATORS, required=True)
     parser.add_argument("--micro-batch", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=50)
