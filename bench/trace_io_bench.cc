@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "plan/analysis.h"
-#include "plan/synthetic_trace.h"
-#include "plan/trace_io.h"
-#include "plan/workload.h"
+#include "plan/analysis/analysis.h"
+#include "plan/trace/synthetic_trace.h"
+#include "plan/trace/trace_io.h"
+#include "plan/analysis/workload.h"
 
 namespace loom::plan {
 namespace {

@@ -3,9 +3,9 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
-#include "plan/analysis.h"
-#include "plan/workload.h"
+#include "base/flags.h"
+#include "plan/analysis/analysis.h"
+#include "plan/analysis/workload.h"
 
 namespace loom::cli {
 

@@ -1,7 +1,7 @@
 // `loom compare`: replays one workload through the simulated baseline
 // allocators (PyTorch's caching allocator, expandable segments, a
 // GMLake-style stitcher) and reports peak allocated/reserved memory,
-// efficiency, fragmentation and driver calls (bench/compare/compare.h).
+// efficiency, fragmentation and driver calls (whatif/compare/compare.h).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "bench/compare/compare.h"
-#include "bench/loom/loom_factory.h"
-#include "bench/sim/caching_config.h"
-#include "bench/workloads/load.h"
+#include "whatif/compare/compare.h"
+#include "whatif/loom/loom_factory.h"
+#include "whatif/sim/caching_config.h"
+#include "whatif/workloads/load.h"
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "base/flags.h"
 
 namespace loom::cli {
 namespace {
@@ -41,14 +41,14 @@ int RunCompare(const Args& args) {
   std::string alloc_conf;
   std::string torch_version = "2.11";
   std::string allocators;
-  uint64_t frag_limit = 512 * bench::kMiB;
+  uint64_t frag_limit = 512 * whatif::kMiB;
   double reuse_limit = 10.0;
   int64_t samples = 4000;
   bool check = false;
   double loom_time_limit = 10;
   std::string loom_plan_csv;
   std::string builtins;
-  for (const std::string& name : bench::BuiltinWorkloadNames()) {
+  for (const std::string& name : whatif::BuiltinWorkloadNames()) {
     builtins += (builtins.empty() ? "builtin:" : ", builtin:") + name;
   }
   FlagParser flags(
@@ -101,21 +101,21 @@ int RunCompare(const Args& args) {
     return 2;
   }
 
-  StatusOr<bench::CachingConfig> base =
-      bench::ConfigForTorchVersion(torch_version);
+  StatusOr<whatif::CachingConfig> base =
+      whatif::ConfigForTorchVersion(torch_version);
   if (!base.ok()) {
     std::fprintf(stderr, "loom compare: --torch-version: %s\n",
                  base.status().message().c_str());
     return 2;
   }
-  StatusOr<bench::CachingConfig> config =
-      bench::ParseAllocConf(alloc_conf, *base);
+  StatusOr<whatif::CachingConfig> config =
+      whatif::ParseAllocConf(alloc_conf, *base);
   if (!config.ok()) {
     std::fprintf(stderr, "loom compare: --alloc-conf: %s\n",
                  config.status().message().c_str());
     return 2;
   }
-  bench::CompareOptions options;
+  whatif::CompareOptions options;
   options.capacity = capacity;
   options.pytorch = *config;
   options.gmlake.frag_limit = frag_limit;
@@ -124,17 +124,17 @@ int RunCompare(const Args& args) {
   options.max_samples = static_cast<size_t>(samples);
   options.check_invariants = check;
 
-  std::vector<bench::AllocatorFactory> factories =
-      bench::BaselineAllocators(options);
-  bench::SelfPlanOptions loom_options;
+  std::vector<whatif::AllocatorFactory> factories =
+      whatif::BaselineAllocators(options);
+  whatif::SelfPlanOptions loom_options;
   loom_options.time_limit_seconds = loom_time_limit;
   factories.push_back(
-      bench::LoomAllocatorFactory(loom_options, /*plan=*/true, loom_plan_csv));
+      whatif::LoomAllocatorFactory(loom_options, /*plan=*/true, loom_plan_csv));
   factories.push_back(
-      bench::LoomAllocatorFactory(loom_options, /*plan=*/false));
+      whatif::LoomAllocatorFactory(loom_options, /*plan=*/false));
   if (!allocators.empty()) {
     std::vector<std::string> wanted = SplitList(allocators);
-    std::vector<bench::AllocatorFactory> chosen;
+    std::vector<whatif::AllocatorFactory> chosen;
     for (const std::string& name : wanted) {
       auto it = std::find_if(factories.begin(), factories.end(),
                              [&](const auto& f) { return f.name == name; });
@@ -150,14 +150,14 @@ int RunCompare(const Args& args) {
     factories = std::move(chosen);
   }
 
-  StatusOr<bench::Workload> workload = bench::LoadWorkload(input);
+  StatusOr<whatif::Workload> workload = whatif::LoadWorkload(input);
   if (!workload.ok()) {
     std::fprintf(stderr, "loom compare: %s\n",
                  workload.status().message().c_str());
     return 1;
   }
-  StatusOr<bench::Comparison> comparison =
-      bench::Compare(workload->trace, input, factories, options);
+  StatusOr<whatif::Comparison> comparison =
+      whatif::Compare(workload->trace, input, factories, options);
   if (!comparison.ok()) {
     std::fprintf(stderr, "loom compare: %s: %s\n", input.c_str(),
                  comparison.status().message().c_str());
@@ -165,7 +165,7 @@ int RunCompare(const Args& args) {
   }
   if (!series.empty()) {
     std::ofstream out(series);
-    out << bench::FormatSeriesCsv(*comparison);
+    out << whatif::FormatSeriesCsv(*comparison);
     out.close();
     if (!out) {
       std::fprintf(stderr, "loom compare: cannot write the series to '%s'\n",
@@ -174,7 +174,7 @@ int RunCompare(const Args& args) {
     }
   }
   std::string text =
-      json ? bench::FormatJson(*comparison) : bench::FormatTable(*comparison);
+      json ? whatif::FormatJson(*comparison) : whatif::FormatTable(*comparison);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;
 }

@@ -2,9 +2,9 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
-#include "plan/base/json.h"
-#include "plan/base/text.h"
+#include "base/flags.h"
+#include "base/json.h"
+#include "base/text.h"
 #include "vmm/cuda_driver.h"
 #include "vmm/driver_factory.h"
 

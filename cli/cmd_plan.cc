@@ -1,4 +1,4 @@
-// `loom_tool plan`: plans an instance (plan/planner.h), checks the plan with
+// `loom_tool plan`: plans an instance (plan/solver/planner.h), checks the plan with
 // the independent verifier, writes the plan file and/or an offsets CSV and
 // reports peak, lower bound, granules and time. Given a plan file instead of
 // an instance it prints the plan (show mode).
@@ -8,15 +8,15 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
-#include "plan/base/json.h"
-#include "plan/base/text.h"
+#include "base/flags.h"
+#include "base/json.h"
+#include "base/text.h"
 #include "plan/instance_input.h"
-#include "plan/minimalloc_csv.h"
-#include "plan/plan_file.h"
-#include "plan/planner.h"
-#include "plan/request_table.h"
-#include "plan/verifier.h"
+#include "plan/solver/minimalloc_csv.h"
+#include "plan/planfile/plan_file.h"
+#include "plan/solver/planner.h"
+#include "plan/planfile/request_table.h"
+#include "plan/solver/verifier.h"
 
 namespace loom::cli {
 namespace {

@@ -1,14 +1,14 @@
 // `loom replay`: runs a trace through loom's run-time allocator.
 #include <cstdio>
 
-#include "bench/loom/loom_sim_allocator.h"
-#include "bench/loom/self_plan.h"
-#include "bench/sim/replay.h"
-#include "bench/workloads/load.h"
+#include "whatif/loom/loom_sim_allocator.h"
+#include "whatif/loom/self_plan.h"
+#include "whatif/sim/replay.h"
+#include "whatif/workloads/load.h"
 #include "cli/commands.h"
-#include "cli/flags.h"
-#include "plan/base/json.h"
-#include "plan/base/text.h"
+#include "base/flags.h"
+#include "base/json.h"
+#include "base/text.h"
 #include "vmm/plan_loader.h"
 
 namespace loom::cli {
@@ -56,10 +56,10 @@ int RunReplay(const Args& args) {
   if (!plan_path.empty() && self_plan) {
     return fail(InvalidArgumentError("give --plan or --self-plan, not both"));
   }
-  StatusOr<bench::Workload> workload = bench::LoadWorkload(input);
+  StatusOr<whatif::Workload> workload = whatif::LoadWorkload(input);
   if (!workload.ok()) return fail(workload.status());
 
-  bench::LoomSimOptions options;
+  whatif::LoomSimOptions options;
   options.backend = backend;
   options.granularity = granularity;
   options.capacity =
@@ -76,14 +76,14 @@ int RunReplay(const Args& args) {
     options.plan = std::move(plan).value();
     plan_note = plan_path;
   } else if (self_plan) {
-    bench::SelfPlanOptions plan_options;
+    whatif::SelfPlanOptions plan_options;
     StatusOr<plan::PlanScope> parsed = plan::ParsePlanScope(scope);
     if (!parsed.ok()) return fail(parsed.status());
     plan_options.scope = *parsed;
     plan_options.time_limit_seconds = time_limit;
     plan_options.granularity = granularity;
-    StatusOr<bench::SelfPlan> planned =
-        bench::PlanTraceForRuntime(workload->trace, plan_options);
+    StatusOr<whatif::SelfPlan> planned =
+        whatif::PlanTraceForRuntime(workload->trace, plan_options);
     if (!planned.ok()) return fail(planned.status().WithContext("planning"));
     plan_note =
         fmt::format("self-plan of the {} ({}, peak {} = {:.4f} x lower bound)",
@@ -96,14 +96,14 @@ int RunReplay(const Args& args) {
     plan_seconds = planned->result.seconds;
     options.plan = std::move(planned->runtime);
   }
-  StatusOr<std::unique_ptr<bench::LoomSimAllocator>> loom =
-      bench::LoomSimAllocator::Create(options);
+  StatusOr<std::unique_ptr<whatif::LoomSimAllocator>> loom =
+      whatif::LoomSimAllocator::Create(options);
   if (!loom.ok()) return fail(loom.status());
-  bench::ReplayOptions replay_options;
+  whatif::ReplayOptions replay_options;
   replay_options.check_invariants = check_invariants;
   replay_options.max_samples = 0;
-  StatusOr<bench::ReplayResult> result =
-      bench::Replay(workload->trace, **loom, replay_options);
+  StatusOr<whatif::ReplayResult> result =
+      whatif::Replay(workload->trace, **loom, replay_options);
   if (!result.ok()) return fail(result.status());
   const vmm::AllocatorStats stats = (*loom)->loom_stats();
   uint64_t steady = 0;

@@ -1,17 +1,17 @@
 // `loom_tool verify`: checks a plan file or an offsets CSV against an
-// instance with the independent verifier (plan/verifier.h). Exit 0 when
+// instance with the independent verifier (plan/solver/verifier.h). Exit 0 when
 // valid, 1 when invalid (the first violation is named) or unreadable.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
-#include "plan/base/json.h"
+#include "base/flags.h"
+#include "base/json.h"
 #include "plan/instance_input.h"
-#include "plan/minimalloc_csv.h"
-#include "plan/plan_file.h"
-#include "plan/verifier.h"
+#include "plan/solver/minimalloc_csv.h"
+#include "plan/planfile/plan_file.h"
+#include "plan/solver/verifier.h"
 
 namespace loom::cli {
 namespace {

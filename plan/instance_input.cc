@@ -3,11 +3,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "plan/analysis.h"
-#include "plan/minimalloc_csv.h"
-#include "plan/trace_binary.h"
-#include "plan/trace_io.h"
-#include "plan/workload.h"
+#include "plan/analysis/analysis.h"
+#include "plan/solver/minimalloc_csv.h"
+#include "plan/trace/trace_binary.h"
+#include "plan/trace/trace_io.h"
+#include "plan/analysis/workload.h"
 
 namespace loom::plan {
 namespace {

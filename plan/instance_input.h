@@ -2,7 +2,7 @@
 //
 // The single place that maps inputs to instances, for `loom_tool plan`,
 // `loom_tool verify` and the planner benchmark. It reads MiniMalloc CSVs
-// (plan/minimalloc_csv.h), including their optional `offset` column, and
+// (plan/solver/minimalloc_csv.h), including their optional `offset` column, and
 // loom traces (text or binary; PyTorch snapshots are converted to traces by
 // the Python front end): a trace becomes the cyclic instance of its
 // steady-state iteration (plan/planning_problem.h), with the request table
@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "plan/base/status.h"
-#include "plan/granules.h"
-#include "plan/instance.h"
+#include "base/status.h"
+#include "plan/solver/granules.h"
+#include "plan/solver/instance.h"
 #include "plan/planning_problem.h"
 
 namespace loom::plan {

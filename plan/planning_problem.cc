@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <map>
 
-#include "plan/periodicity.h"
+#include "plan/analysis/periodicity.h"
 
 namespace loom::plan {
 

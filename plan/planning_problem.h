@@ -29,11 +29,11 @@
 #include <string>
 #include <vector>
 
-#include "plan/analysis.h"
-#include "plan/base/status.h"
-#include "plan/granules.h"
-#include "plan/instance.h"
-#include "plan/workload.h"
+#include "plan/analysis/analysis.h"
+#include "base/status.h"
+#include "plan/solver/granules.h"
+#include "plan/solver/instance.h"
+#include "plan/analysis/workload.h"
 
 namespace loom::plan {
 

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "plan/request_table.h"
+#include "plan/planfile/request_table.h"
 
 namespace loom::plan {
 namespace {

@@ -9,13 +9,13 @@
 #include <random>
 #include <unordered_set>
 
-#include "bench/loom/loom_sim_allocator.h"
-#include "bench/loom/self_plan.h"
-#include "bench/sim/caching_allocator.h"
-#include "bench/sim/replay.h"
-#include "bench/workloads/load.h"
+#include "whatif/loom/loom_sim_allocator.h"
+#include "whatif/loom/self_plan.h"
+#include "whatif/sim/caching_allocator.h"
+#include "whatif/sim/replay.h"
+#include "whatif/workloads/load.h"
 
-namespace loom::bench {
+namespace loom::whatif {
 namespace {
 
 // Drops, adds and resizes requests of `trace` (seeded); markers stay.
@@ -207,4 +207,4 @@ TEST(MoePlanTest, SizesThatChangeEveryIterationKeepEfficiencyHigh) {
 }
 
 }  // namespace
-}  // namespace loom::bench
+}  // namespace loom::whatif

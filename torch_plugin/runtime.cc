@@ -3,8 +3,8 @@
 #include <charconv>
 #include <cstdlib>
 
-#include "plan/base/text.h"
-#include "plan/trace_io.h"
+#include "base/text.h"
+#include "plan/trace/trace_io.h"
 #include "vmm/driver_factory.h"
 #include "vmm/plan_loader.h"
 

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "plan/base/status.h"
+#include "base/status.h"
 #include "vmm/allocator.h"
 #include "vmm/driver.h"
 

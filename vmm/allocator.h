@@ -35,7 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "plan/trace.h"
+#include "plan/trace/trace.h"
 #include "vmm/allocator_stats.h"
 #include "vmm/arena.h"
 #include "vmm/driver.h"

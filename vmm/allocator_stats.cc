@@ -1,6 +1,6 @@
 #include "vmm/allocator_stats.h"
 
-#include "plan/base/json.h"
+#include "base/json.h"
 
 namespace loom::vmm {
 namespace {

@@ -39,7 +39,7 @@
 #include <string_view>
 #include <vector>
 
-#include "plan/base/status.h"
+#include "base/status.h"
 #include "vmm/driver_contract.h"
 
 namespace loom::vmm {

@@ -2,7 +2,7 @@
 
 #include <bit>
 
-#include "plan/base/check.h"
+#include "base/check.h"
 
 namespace loom::vmm {
 namespace {

@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "plan/base/status.h"
+#include "base/status.h"
 
 namespace loom::vmm {
 

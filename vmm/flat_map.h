@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "plan/base/check.h"
+#include "base/check.h"
 
 namespace loom::vmm {
 

@@ -1,6 +1,6 @@
 #include "vmm/plan_loader.h"
 
-#include "plan/request_table.h"
+#include "plan/planfile/request_table.h"
 
 namespace loom::vmm {
 

@@ -1,6 +1,6 @@
-// Reading a plan file (plan/plan_file.h) into the allocator's RuntimePlan.
+// Reading a plan file (plan/planfile/plan_file.h) into the allocator's RuntimePlan.
 //
-// The plan must carry a request table (section REQS, plan/request_table.h):
+// The plan must carry a request table (section REQS, plan/planfile/request_table.h):
 // plans made from traces do; plans made from bare CSV instances do not, and
 // are refused with a message saying so. The static region is the plan's
 // region rounded up to the device's granularity; each dynamic window's idle
@@ -11,8 +11,8 @@
 
 #include <string>
 
-#include "plan/base/status.h"
-#include "plan/plan_file.h"
+#include "base/status.h"
+#include "plan/planfile/plan_file.h"
 #include "vmm/runtime_plan.h"
 
 namespace loom::vmm {

@@ -1,6 +1,6 @@
 // RuntimePlan: what the run-time allocator needs from an offline plan.
 //
-// A plan file (plan/plan_file.h) is converted into this plain structure
+// A plan file (plan/planfile/plan_file.h) is converted into this plain structure
 // (vmm/plan_loader.h); the allocator never parses files. The plan describes
 // the request sequences as they were recorded:
 //  - `prologue`: every request before the steady state, in order: the

@@ -8,8 +8,8 @@
 
 #include <string_view>
 
-#include "plan/trace.h"
-#include "plan/trace_io.h"
+#include "plan/trace/trace.h"
+#include "plan/trace/trace_io.h"
 
 namespace loom::plan {
 

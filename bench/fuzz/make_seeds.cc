@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <string>
 
-#include "plan/synthetic_trace.h"
-#include "plan/trace_io.h"
+#include "plan/trace/synthetic_trace.h"
+#include "plan/trace/trace_io.h"
 
 namespace loom::plan {
 namespace {

@@ -14,9 +14,11 @@ WORK="${LOOM_FUZZ_DIR:-/tmp/loom-plan-fuzz}"
 CXX="${CXX:-clang++}"
 mkdir -p "$WORK/corpus"
 SOURCES=(
-  "$ROOT/plan/plan_file.cc" "$ROOT/plan/plan_file_text.cc" "$ROOT/plan/granules.cc"
-  "$ROOT/plan/instance.cc"
-  "$ROOT/plan/base/status.cc" "$ROOT/plan/base/check.cc" "$ROOT/plan/base/crc32c.cc"
+  "$ROOT/plan/planfile/plan_file.cc" "$ROOT/plan/planfile/plan_file_text.cc"
+  "$ROOT/plan/solver/granules.cc" "$ROOT/plan/solver/gap_index.cc"
+  "$ROOT/plan/solver/instance.cc"
+  "$ROOT/base/status.cc" "$ROOT/base/check.cc" "$ROOT/base/crc32c.cc"
+  "$ROOT/base/text.cc"
 )
 FLAGS=(-std=c++20 -O1 -g -I"$ROOT")
 "$CXX" "${FLAGS[@]}" -DLOOM_FUZZ_SEEDS "$ROOT/bench/fuzz/plan_file_fuzzer.cc" \

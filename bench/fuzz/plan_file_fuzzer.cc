@@ -1,4 +1,4 @@
-// libFuzzer target for the plan-file reader (plan/plan_file.h).
+// libFuzzer target for the plan-file reader (plan/planfile/plan_file.h).
 //
 // Built and run by bench/fuzz/plan_file_fuzz.sh with clang's
 // -fsanitize=fuzzer,address,undefined. A custom mutator repairs the section
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "plan/plan_file.h"
+#include "plan/planfile/plan_file.h"
 
 namespace {
 

@@ -19,10 +19,10 @@ mkdir -p "$OUT/seeds/text" "$OUT/seeds/binary" "$OUT/corpus/text" \
   "$OUT/corpus/binary"
 
 SOURCES=(
-  plan/base/check.cc plan/base/status.cc plan/base/crc32c.cc plan/trace.cc
-  plan/byte_stream.cc
-  plan/trace_checker.cc plan/trace_io.cc plan/trace_text.cc
-  plan/trace_binary.cc
+  base/check.cc base/status.cc base/crc32c.cc plan/trace/trace.cc
+  base/byte_stream.cc
+  plan/trace/trace_checker.cc plan/trace/trace_io.cc plan/trace/trace_text.cc
+  plan/trace/trace_binary.cc
 )
 COMMON=(-std=c++20 -g -DFMT_HEADER_ONLY -I"$ROOT" -Wall -Wno-sign-compare)
 FUZZ=(-O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
@@ -32,10 +32,10 @@ echo "run_fuzz: building with $("$CXX" --version | head -1)" >&2
 # Rebuilds a binary only when a source or header is newer than it.
 stale() {
   [[ ! -x "$1" ]] && return 0
-  [[ -n "$(find plan bench/fuzz -name '*.h' -newer "$1" -o -name '*.cc' -newer "$1" | head -1)" ]]
+  [[ -n "$(find base plan bench/fuzz -name '*.h' -newer "$1" -o -name '*.cc' -newer "$1" | head -1)" ]]
 }
 if stale "$OUT/make_seeds"; then
-  "$CXX" "${COMMON[@]}" -O1 bench/fuzz/make_seeds.cc plan/synthetic_trace.cc \
+  "$CXX" "${COMMON[@]}" -O1 bench/fuzz/make_seeds.cc plan/trace/synthetic_trace.cc \
     "${SOURCES[@]}" -o "$OUT/make_seeds" &
 fi
 for target in trace_text_fuzzer trace_binary_fuzzer; do

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "bench/fuzz/fuzz_common.h"
-#include "plan/byte_stream.h"
-#include "plan/trace_binary.h"
+#include "base/byte_stream.h"
+#include "plan/trace/trace_binary.h"
 
 namespace {
 

@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "cli/flags.h"
-#include "plan/base/json.h"
+#include "base/flags.h"
+#include "base/json.h"
 #include "vmm/cuda_driver.h"
 
 namespace {
@@ -36,7 +36,7 @@ struct Series {
 int main(int argc, char** argv) {
   int64_t rounds = 50;
   bool json = false;
-  loom::cli::FlagParser flags("driver_costs", "[--rounds N] [--json]",
+  loom::FlagParser flags("driver_costs", "[--rounds N] [--json]",
                               "Times the CUDA virtual-memory calls loom uses.");
   flags.AddInt("rounds", &rounds, "repetitions per size (default 50)");
   flags.AddBool("json", &json, "print JSON");

@@ -24,13 +24,13 @@
 #include <vector>
 
 #include "bench/planner/synthetic.h"
-#include "plan/base/status.h"
-#include "plan/best_fit.h"
-#include "plan/deadline.h"
+#include "base/status.h"
+#include "plan/solver/best_fit.h"
+#include "plan/solver/deadline.h"
 #include "plan/instance_input.h"
-#include "plan/planner.h"
-#include "plan/problem.h"
-#include "plan/verifier.h"
+#include "plan/solver/planner.h"
+#include "plan/solver/problem.h"
+#include "plan/solver/verifier.h"
 
 namespace loom::bench {
 namespace {

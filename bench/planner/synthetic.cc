@@ -4,7 +4,7 @@
 #include <random>
 #include <vector>
 
-#include "plan/base/check.h"
+#include "base/check.h"
 
 namespace loom::bench {
 namespace {

@@ -27,7 +27,7 @@
 
 #include <cstdint>
 
-#include "plan/instance.h"
+#include "plan/solver/instance.h"
 
 namespace loom::bench {
 

@@ -15,9 +15,9 @@
 
 #include <vector>
 
-#include "bench/loom/self_plan.h"
-#include "bench/sim/caching_allocator.h"
-#include "bench/workloads/load.h"
+#include "whatif/loom/self_plan.h"
+#include "whatif/sim/caching_allocator.h"
+#include "whatif/workloads/load.h"
 #include "vmm/allocator.h"
 #include "vmm/fake_driver.h"
 
@@ -90,12 +90,12 @@ BENCHMARK(BM_LoomPlannedPair)->Iterations(200000);
 // order (a free right after its allocation is always safe to serve).
 void BM_LoomPlannedPairRealTrace(benchmark::State& state) {
   static const auto* planned = [] {
-    StatusOr<bench::Workload> w =
-        bench::LoadWorkload("bench/data/traces/gpt2small_train_step.ltt");
+    StatusOr<whatif::Workload> w =
+        whatif::LoadWorkload("bench/data/traces/gpt2small_train_step.ltt");
     LOOM_CHECK(w.ok(), "{}", w.status().ToString());
-    bench::SelfPlanOptions options;
+    whatif::SelfPlanOptions options;
     options.time_limit_seconds = 2;
-    StatusOr<bench::SelfPlan> p = bench::PlanTraceForRuntime(w->trace, options);
+    StatusOr<whatif::SelfPlan> p = whatif::PlanTraceForRuntime(w->trace, options);
     LOOM_CHECK(p.ok(), "{}", p.status().ToString());
     return new vmm::RuntimePlan(std::move(p->runtime));
   }();
@@ -118,8 +118,8 @@ BENCHMARK(BM_LoomPlannedPairRealTrace);
 
 void BM_CachingSimPairRealTrace(benchmark::State& state) {
   static const auto* sizes = [] {
-    StatusOr<bench::Workload> w =
-        bench::LoadWorkload("bench/data/traces/gpt2small_train_step.ltt");
+    StatusOr<whatif::Workload> w =
+        whatif::LoadWorkload("bench/data/traces/gpt2small_train_step.ltt");
     LOOM_CHECK(w.ok(), "{}", w.status().ToString());
     auto* out = new std::vector<uint64_t>;
     for (const plan::Event& e : w->trace.events) {
@@ -127,9 +127,9 @@ void BM_CachingSimPairRealTrace(benchmark::State& state) {
     }
     return out;
   }();
-  bench::CachingConfig config;
-  bench::SimOptions options;
-  bench::CachingAllocator sim(config, options);
+  whatif::CachingConfig config;
+  whatif::SimOptions options;
+  whatif::CachingAllocator sim(config, options);
   for (uint64_t size : *sizes) (void)sim.Free(*sim.Malloc(size, 0));
   size_t i = 0;
   for (auto _ : state) {
@@ -165,9 +165,9 @@ BENCHMARK(BM_LoomDynamicPair)->Iterations(100000);
 BENCHMARK(BM_LoomDynamicPair)->Iterations(200000);
 
 void BM_CachingSimPair(benchmark::State& state) {
-  bench::CachingConfig config;
-  bench::SimOptions options;
-  bench::CachingAllocator sim(config, options);
+  whatif::CachingConfig config;
+  whatif::SimOptions options;
+  whatif::CachingAllocator sim(config, options);
   const std::vector<uint64_t>& sizes = Sizes();
   for (uint64_t size : sizes) (void)sim.Free(*sim.Malloc(size, 0));
   size_t i = 0;

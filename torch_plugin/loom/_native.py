@@ -14,7 +14,7 @@ import threading
 from loom import _paths
 from loom.errors import LoomError, NativeError
 
-# loom::StatusCode names (plan/base/status.h), for messages and tests.
+# loom::StatusCode names (base/status.h), for messages and tests.
 STATUS_NAMES = {
     0: "OK", 1: "INVALID_ARGUMENT", 2: "NOT_FOUND", 3: "ALREADY_EXISTS",
     4: "FAILED_PRECONDITION", 5: "OUT_OF_RANGE", 6: "OUT_OF_MEMORY",

@@ -14,7 +14,7 @@ class LoomError(RuntimeError):
 
 class NativeError(LoomError):
     """A libloom.so call failed. `code` is loom's status code (see
-    plan/base/status.h), `message` libloom's own explanation."""
+    base/status.h), `message` libloom's own explanation."""
 
     def __init__(self, call, code, message):
         self.call = call

@@ -21,7 +21,7 @@ from loom import config as config_lib
 from loom import fingerprint as fp
 from loom.errors import LoomError
 
-PLAN_MAGIC = b"LOOMPLAN"  # plan/plan_file.h
+PLAN_MAGIC = b"LOOMPLAN"  # plan/planfile/plan_file.h
 
 
 class PlanningError(LoomError):

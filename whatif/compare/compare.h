@@ -1,0 +1,95 @@
+// The allocator comparison behind `loom_tool compare`: one trace replayed
+// through every registered allocator, reported side by side.
+//
+// Metrics (STAlloc's, research/stalloc.md §1.9), per allocator:
+//  - peak allocated: the peak of live requested bytes, i.e. what the
+//    program holds; the same for every allocator, so efficiencies compare;
+//  - allocator's own allocated_bytes peak (its rounding and unsplit
+//    remainders included);
+//  - peak reserved: the peak of physical memory held;
+//  - efficiency E = peak allocated / peak reserved; fragmentation = 1 - E;
+//  - driver calls, total and by kind; OOM (the replay stops there).
+//
+// Allocators are registered as factories that receive the trace, so an
+// allocator that plans ahead (loom's own runtime) can be added next to the
+// baselines: Compare(trace, ..., {BaselineAllocators(o)..., loom}, o).
+#ifndef LOOM_WHATIF_COMPARE_COMPARE_H_
+#define LOOM_WHATIF_COMPARE_COMPARE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "whatif/sim/caching_config.h"
+#include "whatif/sim/gmlake_allocator.h"
+#include "whatif/sim/replay.h"
+#include "whatif/sim/sim_allocator.h"
+#include "base/status.h"
+#include "plan/trace/trace.h"
+
+namespace loom::whatif {
+
+struct AllocatorFactory {
+  std::string name;  // the row's "allocator" value
+  std::function<StatusOr<std::unique_ptr<SimAllocator>>(
+      const plan::Trace& trace, const SimOptions& options)>
+      make;
+};
+
+struct CompareOptions {
+  uint64_t capacity = 0;  // device memory in bytes, 0 = unlimited
+  // Settings of both PyTorch rows (expandable_segments is forced off for
+  // "pytorch" and on for "pytorch_expandable").
+  CachingConfig pytorch;
+  GmlakeOptions gmlake;
+  size_t max_samples = 4000;      // memory-over-time points per allocator
+  bool check_invariants = false;  // slow; for debugging the simulators
+};
+
+// pytorch, pytorch_expandable and gmlake, in that order.
+std::vector<AllocatorFactory> BaselineAllocators(const CompareOptions& options);
+
+struct TraceSummary {
+  uint64_t events = 0;
+  uint64_t allocs = 0;
+  uint64_t iterations = 0;  // iteration-begin markers
+  uint64_t streams = 0;     // distinct streams of allocations
+  uint64_t max_request = 0;
+};
+
+TraceSummary Summarize(const plan::Trace& trace);
+
+struct Comparison {
+  std::string input;       // the workload spec
+  std::string provenance;  // the trace header's
+  TraceSummary summary;
+  uint64_t capacity = 0;
+  std::vector<ReplayResult> rows;  // one per allocator, in factory order
+};
+
+// Replays `trace` through each allocator. Errors: the trace's (replay.h) or
+// a factory's, naming the allocator.
+StatusOr<Comparison> Compare(const plan::Trace& trace, std::string input,
+                             const std::vector<AllocatorFactory>& allocators,
+                             const CompareOptions& options);
+
+// A readable table with units, then driver calls by kind and notes.
+std::string FormatTable(const Comparison& comparison);
+
+// A JSON list with one object per allocator: allocator,
+// peak_allocated_bytes, allocator_peak_allocated_bytes, peak_reserved_bytes,
+// efficiency, fragmentation, fragmentation_bytes, driver_calls (object:
+// total and one key per call kind), num_alloc_retries, num_ooms, oom,
+// oom_event (null unless oom), final_reserved_bytes, counters (object).
+std::string FormatJson(const Comparison& comparison);
+
+// CSV with header
+// allocator,time,iteration,requested_bytes,allocated_bytes,reserved_bytes
+// and the downsampled series of every allocator.
+std::string FormatSeriesCsv(const Comparison& comparison);
+
+}  // namespace loom::whatif
+
+#endif  // LOOM_WHATIF_COMPARE_COMPARE_H_

@@ -1,0 +1,237 @@
+#include "whatif/loom/loom_sim_allocator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "vmm/driver_factory.h"
+
+namespace loom::whatif {
+namespace {
+
+constexpr uint64_t kFullCheckLimit = 64
+                                     << 10;  // patterned completely below this
+constexpr uint64_t kStampStride = 64 << 10;
+
+// The pattern word at byte `offset` of the allocation tagged `tag`.
+uint64_t Word(uint64_t tag, uint64_t offset) {
+  return (tag * 0x9E3779B97F4A7C15ull) ^ (offset * 0xC2B2AE3D27D4EB4Full) ^
+         0x5bd1e995;
+}
+
+// The bytes of the pattern for [offset, offset + n).
+void Pattern(uint64_t tag, uint64_t offset, uint64_t n, uint8_t* out) {
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t at = offset + i;
+    out[i] = static_cast<uint8_t>(Word(tag, at / 8) >> (8 * (at % 8)));
+  }
+}
+
+// The ranges of an allocation that carry the pattern.
+std::vector<std::pair<uint64_t, uint64_t>> CheckedRanges(uint64_t size) {
+  if (size <= kFullCheckLimit) return {{0, size}};
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (uint64_t at = 0; at + 16 <= size; at += kStampStride)
+    out.emplace_back(at, 16);
+  out.emplace_back(size - 16, 16);
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LoomSimAllocator>> LoomSimAllocator::Create(
+    LoomSimOptions options) {
+  if (options.backend != "fake" && options.backend != "host") {
+    return InvalidArgumentError("loom replay backend '{}' is not fake or host",
+                                options.backend);
+  }
+  if (options.check_data && options.backend != "host") {
+    return InvalidArgumentError(
+        "checking data needs the host backend (real memory)");
+  }
+  std::unique_ptr<LoomSimAllocator> a(new LoomSimAllocator());
+  a->options_ = std::move(options);
+  vmm::DriverOptions driver_options;
+  driver_options.granularity = a->options_.granularity;
+  driver_options.capacity_per_device =
+      a->options_.capacity == 0 ? (uint64_t{1} << 40) : a->options_.capacity;
+  LOOM_ASSIGN_OR_RETURN(a->driver_,
+                        vmm::OpenDriver(a->options_.backend, driver_options));
+  vmm::AllocatorOptions allocator_options;
+  LOOM_ASSIGN_OR_RETURN(a->allocator_,
+                        vmm::Allocator::Create(*a->driver_, allocator_options));
+  if (a->options_.plan.has_value()) {
+    LOOM_RETURN_IF_ERROR(a->allocator_->LoadPlan(*a->options_.plan));
+  }
+  return a;
+}
+
+LoomSimAllocator::~LoomSimAllocator() {
+  // Give everything back so the driver sees no leak.
+  for (const auto& [address, live] : live_) {
+    (void)live;
+    allocator_->Free(address).IgnoreError();
+  }
+  allocator_.reset();
+}
+
+uint64_t LoomSimAllocator::DriverCallTotal() const {
+  uint64_t total = 0;
+  for (vmm::DriverOp op :
+       {vmm::DriverOp::kCreate, vmm::DriverOp::kRelease,
+        vmm::DriverOp::kReserve, vmm::DriverOp::kUnreserve, vmm::DriverOp::kMap,
+        vmm::DriverOp::kUnmap, vmm::DriverOp::kSetAccess}) {
+    total += driver_->calls(op);
+  }
+  return total;
+}
+
+void LoomSimAllocator::Stamp(uint64_t address, uint64_t size, uint64_t tag) {
+  std::vector<uint8_t> bytes;
+  for (const auto& [offset, n] : CheckedRanges(size)) {
+    bytes.resize(n);
+    Pattern(tag, offset, n, bytes.data());
+    Status status = driver_->CopyToDevice(address + offset, bytes.data(), n);
+    LOOM_CHECK(status.ok(), "stamping {:#x}: {}", address, status.ToString());
+  }
+}
+
+bool LoomSimAllocator::Verify(uint64_t address, uint64_t size, uint64_t tag) {
+  std::vector<uint8_t> expected, actual;
+  for (const auto& [offset, n] : CheckedRanges(size)) {
+    expected.resize(n);
+    actual.resize(n);
+    Pattern(tag, offset, n, expected.data());
+    if (!driver_->CopyToHost(actual.data(), address + offset, n).ok())
+      return false;
+    if (std::memcmp(expected.data(), actual.data(), n) != 0) return false;
+  }
+  return true;
+}
+
+StatusOr<uint64_t> LoomSimAllocator::Malloc(uint64_t size, uint64_t stream) {
+  if (size == 0) return InvalidArgumentError("malloc of 0 bytes");
+  LOOM_ASSIGN_OR_RETURN(vmm::DevicePtr ptr, allocator_->Allocate(size, stream));
+  uint64_t tag = next_tag_++;
+  if (options_.check_data) Stamp(ptr, size, tag);
+  live_[ptr] = Live{size, tag};
+  return ptr;
+}
+
+Status LoomSimAllocator::Free(uint64_t address) {
+  auto it = live_.find(address);
+  if (it == live_.end()) {
+    return InvalidArgumentError("free of {:#x}, which is not live", address);
+  }
+  if (options_.check_data &&
+      !Verify(address, it->second.size, it->second.tag)) {
+    ++corrupted_;
+  }
+  live_.erase(it);
+  return allocator_->Free(address);
+}
+
+void LoomSimAllocator::EmptyCache() { allocator_->EmptyCache().IgnoreError(); }
+
+void LoomSimAllocator::OnMarker(const plan::Event& event) {
+  auto name = [&]() -> std::string_view {
+    return event.name < options_.names.size()
+               ? std::string_view(options_.names[event.name])
+               : std::string_view("?");
+  };
+  switch (event.kind) {
+    case plan::EventKind::kIterationBegin: {
+      uint64_t now = DriverCallTotal();
+      if (allocator_->stats().iterations > 0) {
+        steady_driver_calls_ =
+            static_cast<int64_t>(now - calls_at_iteration_begin_);
+      }
+      calls_at_iteration_begin_ = now;
+      allocator_->IterationBegin(event.id);
+      break;
+    }
+    case plan::EventKind::kIterationEnd:
+      allocator_->IterationEnd(event.id);
+      break;
+    case plan::EventKind::kPhase:
+      allocator_->Phase(name());
+      break;
+    case plan::EventKind::kModuleEnter:
+      allocator_->ModuleEnter(name(),
+                              (event.flags & plan::kDynamicModule) != 0);
+      break;
+    case plan::EventKind::kModuleExit:
+      allocator_->ModuleExit(name());
+      break;
+    default:
+      break;
+  }
+}
+
+const MemoryStats& LoomSimAllocator::stats() const {
+  vmm::AllocatorStats s = allocator_->stats();
+  auto copy = [](StatArray& to, const vmm::Stat& from) {
+    Stat& all = to[StatType::kAll];
+    all.current = static_cast<int64_t>(from.current);
+    all.peak = static_cast<int64_t>(from.peak);
+    all.allocated = static_cast<int64_t>(from.allocated);
+    all.freed = static_cast<int64_t>(from.freed);
+  };
+  copy(stats_.allocation, s.allocation);
+  copy(stats_.segment, s.segment);
+  copy(stats_.allocated_bytes, s.allocated_bytes);
+  copy(stats_.requested_bytes, s.allocated_bytes);
+  copy(stats_.active_bytes, s.active_bytes);
+  copy(stats_.reserved_bytes, s.reserved_bytes);
+  stats_.num_alloc_retries = s.num_alloc_retries;
+  stats_.num_ooms = s.num_ooms;
+  stats_.num_device_alloc = s.num_device_alloc;
+  stats_.num_device_free = s.num_device_free;
+  return stats_;
+}
+
+const DriverCalls& LoomSimAllocator::driver_calls() const {
+  calls_.mem_create = driver_->calls(vmm::DriverOp::kCreate);
+  calls_.mem_release = driver_->calls(vmm::DriverOp::kRelease);
+  calls_.mem_map = driver_->calls(vmm::DriverOp::kMap);
+  calls_.mem_unmap = driver_->calls(vmm::DriverOp::kUnmap);
+  calls_.set_access = driver_->calls(vmm::DriverOp::kSetAccess);
+  calls_.address_reserve = driver_->calls(vmm::DriverOp::kReserve);
+  calls_.address_free = driver_->calls(vmm::DriverOp::kUnreserve);
+  calls_.synchronize = driver_->calls(vmm::DriverOp::kSynchronizeStream);
+  return calls_;
+}
+
+std::vector<std::pair<std::string, uint64_t>> LoomSimAllocator::Counters()
+    const {
+  vmm::AllocatorStats s = allocator_->stats();
+  std::vector<std::pair<std::string, uint64_t>> out = {
+      {"plan_hits", s.plan_hits},
+      {"plan_misses", s.plan_misses},
+      {"unplanned", s.unplanned},
+      {"dynamic_requests", s.dynamic_requests},
+      {"arena_maps", s.arena_maps},
+      {"static_region_bytes", s.static_region_bytes},
+      {"iterations", s.iterations},
+  };
+  if (options_.check_data) out.emplace_back("corrupted", corrupted_);
+  if (steady_driver_calls_ >= 0) {
+    out.emplace_back("steady_driver_calls",
+                     static_cast<uint64_t>(steady_driver_calls_));
+  }
+  return out;
+}
+
+std::vector<AddressRange> LoomSimAllocator::MappedRanges() const {
+  std::vector<AddressRange> out;
+  for (const auto& [address, size] : allocator_->MappedRanges()) {
+    out.push_back(AddressRange{address, size});
+  }
+  return out;
+}
+
+Status LoomSimAllocator::CheckInvariants() const {
+  allocator_->CheckInvariants();  // aborts on a broken invariant
+  return OkStatus();
+}
+
+}  // namespace loom::whatif

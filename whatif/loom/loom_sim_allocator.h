@@ -1,0 +1,84 @@
+// LoomSimAllocator: loom's real run-time allocator behind the simulators'
+// replay interface (whatif/sim/sim_allocator.h).
+//
+// Not a simulation: it drives vmm::Allocator itself, on the fake driver
+// (bookkeeping only, any size) or the host driver (real memory, so data can
+// be checked). This is how `loom compare` puts loom next to the baselines and
+// how `loom replay` runs a trace. Options add what the baselines do not have:
+// a plan to serve, and data checking: with check_data (host backend), every
+// allocation gets a pattern unique to it at allocation (the whole
+// allocation up to 64 KiB, then 16-byte stamps every 64 KiB and at the end)
+// that is verified at its free; allocations whose pattern changed are
+// counted as corrupted.
+//
+// Counters(): plan_hits, plan_misses, unplanned, dynamic_requests,
+// arena_maps, corrupted, iterations, and steady_driver_calls (driver calls
+// during the last complete iteration: 0 for a repeating workload once warm).
+#ifndef LOOM_WHATIF_LOOM_LOOM_SIM_ALLOCATOR_H_
+#define LOOM_WHATIF_LOOM_LOOM_SIM_ALLOCATOR_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "whatif/sim/sim_allocator.h"
+#include "vmm/allocator.h"
+#include "vmm/driver.h"
+
+namespace loom::whatif {
+
+struct LoomSimOptions {
+  std::string backend = "fake";  // "fake" or "host"
+  uint64_t granularity = uint64_t{2} << 20;
+  uint64_t capacity = 0;    // device memory; 0 = 1 TiB (no OOM in practice)
+  bool check_data = false;  // host backend only
+  std::optional<vmm::RuntimePlan> plan;
+  std::vector<std::string> names;  // the trace's name table, for markers
+};
+
+class LoomSimAllocator final : public SimAllocator {
+ public:
+  static StatusOr<std::unique_ptr<LoomSimAllocator>> Create(
+      LoomSimOptions options);
+  ~LoomSimAllocator() override;
+
+  std::string_view name() const override { return "loom"; }
+  StatusOr<uint64_t> Malloc(uint64_t size, uint64_t stream) override;
+  Status Free(uint64_t address) override;
+  void EmptyCache() override;
+  void OnMarker(const plan::Event& event) override;
+  const MemoryStats& stats() const override;
+  const DriverCalls& driver_calls() const override;
+  std::vector<std::pair<std::string, uint64_t>> Counters() const override;
+  std::vector<AddressRange> MappedRanges() const override;
+  Status CheckInvariants() const override;
+
+  uint64_t corrupted() const { return corrupted_; }
+  vmm::AllocatorStats loom_stats() const { return allocator_->stats(); }
+
+ private:
+  LoomSimAllocator() = default;
+  void Stamp(uint64_t address, uint64_t size, uint64_t tag);
+  bool Verify(uint64_t address, uint64_t size, uint64_t tag);
+  uint64_t DriverCallTotal() const;
+
+  LoomSimOptions options_;
+  std::unique_ptr<vmm::Driver> driver_;
+  std::unique_ptr<vmm::Allocator> allocator_;
+  struct Live {
+    uint64_t size;
+    uint64_t tag;
+  };
+  std::unordered_map<uint64_t, Live> live_;
+  uint64_t next_tag_ = 1;
+  uint64_t corrupted_ = 0;
+  uint64_t calls_at_iteration_begin_ = 0;
+  int64_t steady_driver_calls_ = -1;  // -1: no complete iteration yet
+  mutable MemoryStats stats_;
+  mutable DriverCalls calls_;
+};
+
+}  // namespace loom::whatif
+
+#endif  // LOOM_WHATIF_LOOM_LOOM_SIM_ALLOCATOR_H_

@@ -1,0 +1,79 @@
+#include "whatif/loom/loom_sim_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include "whatif/sim/replay.h"
+#include "whatif/workloads/load.h"
+
+namespace loom::whatif {
+namespace {
+
+TEST(LoomSimAllocatorTest, ReplaysAGeneratedMoeTraceWithDataChecks) {
+  StatusOr<Workload> w =
+      LoadWorkload("builtin:moe:layers=2,iterations=3,seq_len=512");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  LoomSimOptions options;
+  options.backend = "host";
+  options.check_data = true;
+  options.capacity = uint64_t{64} << 30;
+  options.names = w->trace.names;
+  auto loom = LoomSimAllocator::Create(options);
+  ASSERT_TRUE(loom.ok()) << loom.status().ToString();
+  ReplayOptions replay_options;
+  replay_options.check_invariants = true;
+  StatusOr<ReplayResult> result = Replay(w->trace, **loom, replay_options);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_FALSE(result->oom);
+  EXPECT_EQ((*loom)->corrupted(), 0u);
+  EXPECT_GT(result->peak_requested, 0u);
+  EXPECT_LE(result->peak_requested, result->peak_reserved);
+  // Without a plan every request is served by the arena.
+  EXPECT_EQ((*loom)->loom_stats().plan_hits, 0u);
+}
+
+TEST(LoomSimAllocatorTest, RepeatingDenseWorkloadMakesNoDriverCallsOnceWarm) {
+  StatusOr<Workload> w =
+      LoadWorkload("builtin:dense:layers=2,iterations=4,seq_len=512");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  LoomSimOptions options;
+  options.names = w->trace.names;
+  auto loom = std::move(LoomSimAllocator::Create(options)).value();
+  StatusOr<ReplayResult> result = Replay(w->trace, *loom);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  bool found_steady = false;
+  for (const auto& [name, value] : result->counters) {
+    if (name == "steady_driver_calls") {
+      found_steady = true;
+      EXPECT_EQ(value, 0u) << "a repeating workload maps nothing new once warm";
+    }
+  }
+  EXPECT_TRUE(found_steady);
+}
+
+TEST(LoomSimAllocatorTest, CorruptionIsDetected) {
+  LoomSimOptions options;
+  options.backend = "host";
+  options.check_data = true;
+  options.granularity = 64 << 10;
+  options.capacity = 64 << 20;
+  auto loom = std::move(LoomSimAllocator::Create(options)).value();
+  uint64_t a = *loom->Malloc(100000, 0);
+  uint64_t b = *loom->Malloc(1000, 0);
+  // Scribble over a's last bytes, as an aliasing bug would.
+  std::memset(reinterpret_cast<void*>(a + 100000 - 8), 0, 8);
+  ASSERT_TRUE(loom->Free(a).ok());
+  ASSERT_TRUE(loom->Free(b).ok());
+  EXPECT_EQ(loom->corrupted(), 1u);
+}
+
+TEST(LoomSimAllocatorTest, OptionsAreChecked) {
+  LoomSimOptions options;
+  options.backend = "cuda";
+  EXPECT_FALSE(LoomSimAllocator::Create(options).ok());
+  options.backend = "fake";
+  options.check_data = true;
+  EXPECT_FALSE(LoomSimAllocator::Create(options).ok());
+}
+
+}  // namespace
+}  // namespace loom::whatif

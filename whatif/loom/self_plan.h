@@ -1,0 +1,36 @@
+// Planning a trace for loom's runtime in one call (no files): the steps of
+// `loom plan <trace>` followed by loading the plan, for `loom compare` and
+// `loom replay --self-plan`.
+#ifndef LOOM_WHATIF_LOOM_SELF_PLAN_H_
+#define LOOM_WHATIF_LOOM_SELF_PLAN_H_
+
+#include <string>
+
+#include "base/status.h"
+#include "plan/solver/instance.h"
+#include "plan/solver/planner.h"
+#include "plan/planning_problem.h"
+#include "plan/trace/trace.h"
+#include "vmm/runtime_plan.h"
+
+namespace loom::whatif {
+
+struct SelfPlanOptions {
+  plan::PlanScope scope = plan::PlanScope::kAuto;
+  double time_limit_seconds = 10;
+  uint64_t granularity = uint64_t{2} << 20;  // the device's
+};
+
+struct SelfPlan {
+  vmm::RuntimePlan runtime;
+  plan::Instance instance;  // the planned instance (for pictures)
+  plan::PlanResult result;  // figures and offsets of the planner run
+  std::string note;         // which part of the trace was planned
+};
+
+StatusOr<SelfPlan> PlanTraceForRuntime(const plan::Trace& trace,
+                                       const SelfPlanOptions& options = {});
+
+}  // namespace loom::whatif
+
+#endif  // LOOM_WHATIF_LOOM_SELF_PLAN_H_

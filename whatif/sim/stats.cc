@@ -1,0 +1,107 @@
+#include "whatif/sim/stats.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace loom::whatif {
+
+void Stat::Increase(uint64_t amount) {
+  current += static_cast<int64_t>(amount);
+  peak = std::max(peak, current);
+  allocated += static_cast<int64_t>(amount);
+}
+
+void Stat::Decrease(uint64_t amount) {
+  LOOM_CHECK(static_cast<int64_t>(amount) <= current,
+             "stat would go negative: {} - {}", current, amount);
+  current -= static_cast<int64_t>(amount);
+  freed += static_cast<int64_t>(amount);
+}
+
+void StatArray::Increase(bool small_pool, uint64_t amount) {
+  (*this)[StatType::kAll].Increase(amount);
+  (*this)[small_pool ? StatType::kSmallPool : StatType::kLargePool].Increase(
+      amount);
+}
+
+void StatArray::Decrease(bool small_pool, uint64_t amount) {
+  (*this)[StatType::kAll].Decrease(amount);
+  (*this)[small_pool ? StatType::kSmallPool : StatType::kLargePool].Decrease(
+      amount);
+}
+
+void StatArray::ResetPeak() {
+  for (Stat& stat : entries) stat.ResetPeak();
+}
+
+std::vector<std::pair<std::string, int64_t>> MemoryStats::Flatten() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  static constexpr const char* kPools[] = {"all", "small_pool", "large_pool"};
+  auto add_stat = [&out](const std::string& prefix, const Stat& stat) {
+    out.emplace_back(prefix + ".current", stat.current);
+    out.emplace_back(prefix + ".peak", stat.peak);
+    out.emplace_back(prefix + ".allocated", stat.allocated);
+    out.emplace_back(prefix + ".freed", stat.freed);
+  };
+  auto add_array = [&](const char* name, const StatArray& array) {
+    for (int i = 0; i < 3; ++i) {
+      add_stat(std::string(name) + "." + kPools[i], array.entries[i]);
+    }
+  };
+  // Same order as THCPModule_memoryStats builds the dictionary.
+  out.emplace_back("num_alloc_retries", num_alloc_retries);
+  out.emplace_back("num_ooms", num_ooms);
+  out.emplace_back("max_split_size",
+                   max_split_size == kNoMaxSplitSize
+                       ? -1
+                       : static_cast<int64_t>(max_split_size));
+  out.emplace_back("num_sync_all_streams", num_sync_all_streams);
+  out.emplace_back("num_device_alloc", num_device_alloc);
+  out.emplace_back("num_device_free", num_device_free);
+  add_array("allocation", allocation);
+  add_array("segment", segment);
+  add_array("active", active);
+  add_array("inactive_split", inactive_split);
+  add_array("allocated_bytes", allocated_bytes);
+  add_array("reserved_bytes", reserved_bytes);
+  add_array("active_bytes", active_bytes);
+  add_array("inactive_split_bytes", inactive_split_bytes);
+  add_array("requested_bytes", requested_bytes);
+  add_stat("oversize_allocations", oversize_allocations);
+  add_stat("oversize_segments", oversize_segments);
+  std::sort(out.begin(), out.end());  // memory_stats() returns sorted keys
+  return out;
+}
+
+void MemoryStats::ResetPeaks() {
+  for (StatArray* array : {&allocation, &segment, &active, &inactive_split,
+                           &allocated_bytes, &reserved_bytes, &active_bytes,
+                           &inactive_split_bytes, &requested_bytes}) {
+    array->ResetPeak();
+  }
+  oversize_allocations.ResetPeak();
+  oversize_segments.ResetPeak();
+}
+
+uint64_t DriverCalls::total() const {
+  return malloc + free + mem_create + mem_release + mem_map + mem_unmap +
+         set_access + address_reserve + address_free;
+}
+
+std::vector<std::pair<std::string, uint64_t>> DriverCalls::Named() const {
+  return {
+      {"cudaMalloc", malloc},
+      {"cudaFree", free},
+      {"cuMemCreate", mem_create},
+      {"cuMemRelease", mem_release},
+      {"cuMemMap", mem_map},
+      {"cuMemUnmap", mem_unmap},
+      {"cuMemSetAccess", set_access},
+      {"cuMemAddressReserve", address_reserve},
+      {"cuMemAddressFree", address_free},
+      {"synchronize", synchronize},
+  };
+}
+
+}  // namespace loom::whatif

@@ -1,0 +1,42 @@
+// Workload inputs of the comparison: one function turns what the user
+// names on the command line into a plan::Trace.
+//
+//   builtin:<name>[:key=value,...]  a generated workload (transformer.h):
+//                                   "moe", "dense", "moe_comm" (MoE with
+//                                   dispatch/combine buffers on stream 1);
+//                                   options as in SetTransformerOption,
+//                                   e.g. builtin:moe:layers=4,seed=7
+//   <path>.csv                      a MiniMalloc CSV planning instance:
+//                                   each buffer is allocated at `lower` and
+//                                   freed at `upper`; at equal times frees
+//                                   come first, then allocations, each in
+//                                   file order (request id = buffer index)
+// Anything else is read as a loom trace file (text or binary form).
+#ifndef LOOM_WHATIF_WORKLOADS_LOAD_H_
+#define LOOM_WHATIF_WORKLOADS_LOAD_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "plan/solver/instance.h"
+#include "plan/trace/trace.h"
+
+namespace loom::whatif {
+
+struct Workload {
+  plan::Trace trace;
+  std::string name;  // the spec as given, for reports
+};
+
+// Loads `spec` (see above). Errors name the spec and what is wrong; file
+// errors come from the readers (NOT_FOUND, DATA_LOSS, ...).
+StatusOr<Workload> LoadWorkload(std::string_view spec);
+
+// The names accepted after "builtin:".
+std::vector<std::string> BuiltinWorkloadNames();
+
+}  // namespace loom::whatif
+
+#endif  // LOOM_WHATIF_WORKLOADS_LOAD_H_
