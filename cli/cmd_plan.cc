@@ -1,6 +1,7 @@
-// `loom_tool plan`: plans an instance (plan/solver/planner.h), checks the plan with
-// the independent verifier, writes the plan file and/or an offsets CSV and
-// reports peak, lower bound, granules and time. Given a plan file instead of
+// `loom_tool plan`: plans a trace or an instance through plan/'s entry point
+// (plan/make_plan.h), which also checks the plan with the independent
+// verifier; writes the plan file and/or an offsets CSV and reports peak,
+// lower bound, granules and time. Given a plan file instead of
 // an instance it prints the plan (show mode).
 #include <charconv>
 #include <cstdio>
@@ -11,12 +12,9 @@
 #include "base/flags.h"
 #include "base/json.h"
 #include "base/text.h"
-#include "plan/instance_input.h"
-#include "plan/solver/minimalloc_csv.h"
+#include "plan/make_plan.h"
 #include "plan/planfile/plan_file.h"
-#include "plan/solver/planner.h"
-#include "plan/planfile/request_table.h"
-#include "plan/solver/verifier.h"
+#include "plan/solver/minimalloc_csv.h"
 
 namespace loom::cli {
 namespace {
@@ -167,59 +165,32 @@ int RunPlan(const Args& raw_args) {
     }
   }
 
-  plan::InstanceInputOptions input_options;
+  plan::MakePlanOptions options;
   StatusOr<plan::PlanScope> parsed_scope = plan::ParsePlanScope(scope);
   if (!parsed_scope.ok()) return fail(parsed_scope.status());
-  input_options.scope = *parsed_scope;
-  input_options.steady_iteration = static_cast<int32_t>(steady_iteration);
-  input_options.include_persistent = persistent;
-  StatusOr<plan::InstanceInput> loaded =
-      plan::ReadInstanceInput(input, input_options);
-  if (!loaded.ok()) return fail(loaded.status());
-  plan::Instance& instance = loaded->instance;
-  const uint64_t default_unit = loaded->requests.has_value() ? 512 : 1;
-  if (round == 0) round = default_unit;
-  if (align == 0) align = default_unit;
-  // A trace brings its own period (its steady-state iteration).
-  if (period != 0 || !loaded->requests.has_value()) instance.period = period;
+  options.scope = *parsed_scope;
+  options.steady_iteration = static_cast<int32_t>(steady_iteration);
+  options.include_persistent = persistent;
   StatusOr<plan::Algorithm> parsed = plan::ParseAlgorithm(algorithm);
   if (!parsed.ok()) return fail(parsed.status());
+  options.algorithm = *parsed;
   StatusOr<std::vector<plan::TimeWindow>> windows = ParseWindows(windows_text);
   if (!windows.ok()) return fail(windows.status());
-  // A trace's dynamic modules give windows of their own.
-  windows->insert(windows->end(), loaded->windows.begin(),
-                  loaded->windows.end());
-
-  plan::PlannerOptions options;
-  options.algorithm = *parsed;
+  options.windows = *std::move(windows);
   options.time_limit_seconds = time_limit;
   options.capacity = capacity;
   options.minimize = minimize;
   options.size_round = round;
   options.min_alignment = align;
   options.granule_bytes = granule;
-  options.group = loaded->group;
+  options.period = period;
   options.seed = static_cast<uint64_t>(seed);
-  StatusOr<plan::PlanResult> result = plan::PlanInstance(instance, options);
-  if (!result.ok()) return fail(result.status());
-
-  // The plan file's view: reserved sizes, a region of whole granules.
-  StatusOr<plan::PlanFile> made =
-      plan::MakePlanFile(instance, *result, options, input, *windows);
-  if (!made.ok()) return fail(made.status().WithContext("--windows"));
-  // From a trace: the request table the runtime matches on.
-  if (loaded->requests.has_value()) {
-    made->extra.push_back(plan::EncodeRequestTable(*loaded->requests));
-  }
-  const plan::PlanFile& file = *made;
-  // The planner verified its plan already; this check is the report's.
-  plan::VerifyOptions verify;
-  // (A plan over the capacity is reported as not fitting, not as invalid.)
-  verify.capacity = capacity != 0 && result->fits ? capacity : file.region_size;
-  verify.size_round = round;
-  verify.min_alignment = align;
-  const plan::Verdict verdict =
-      plan::VerifyPlacement(instance, result->offsets, verify);
+  options.progress = true;
+  StatusOr<plan::MadePlan> made = plan::MakePlanFromFile(input, options);
+  if (!made.ok()) return fail(made.status());
+  const plan::PlanFile& file = made->file;
+  const plan::PlanResult& result = made->result;
+  const plan::Verdict& verdict = made->verdict;
 
   if (!output.empty()) {
     Status written = plan::WritePlanFile(output, file);
@@ -227,93 +198,46 @@ int RunPlan(const Args& raw_args) {
   }
   if (!offsets_path.empty()) {
     Status written =
-        plan::WriteMinimallocCsv(offsets_path, instance, result->offsets);
+        plan::WriteMinimallocCsv(offsets_path, made->instance, result.offsets);
     if (!written.ok()) return fail(written);
   }
-  const double ratio = result->lower_bound_bytes == 0
-                           ? 1.0
-                           : static_cast<double>(result->peak_bytes) /
-                                 static_cast<double>(result->lower_bound_bytes);
   if (json) {
-    JsonWriter w(2);
-    w.BeginObject();
-    w.Key("input").String(input);
-    if (!loaded->note.empty()) w.Key("derived").String(loaded->note);
-    if (loaded->requests.has_value()) {
-      w.Key("requests")
-          .Uint(loaded->requests->prologue.size() +
-                loaded->requests->iteration.size());
-    }
-    w.Key("buffers").Uint(instance.buffers.size());
-    w.Key("peak_bytes").Uint(result->peak_bytes);
-    w.Key("lower_bound_bytes").Uint(result->lower_bound_bytes);
-    w.Key("ratio").Double(ratio);
-    w.Key("peak_granules").Uint(result->peak_granules);
-    w.Key("granule_bytes").Uint(granule);
-    w.Key("region_bytes").Uint(file.region_size);
-    w.Key("seconds").Double(result->seconds);
-    w.Key("seconds_to_best").Double(result->seconds_to_best);
-    w.Key("valid").Bool(verdict.valid());
-    w.Key("algorithm").String(result->algorithm);
-    w.Key("optimal").Bool(result->optimal);
-    w.Key("capacity").Uint(capacity);
-    w.Key("fits").Bool(result->fits);
-    w.Key("capacity_infeasible").Bool(result->capacity_infeasible);
-    w.Key("attempts").BeginArray();
-    for (const plan::Attempt& a : result->attempts) {
-      w.BeginObject();
-      w.Key("algorithm").String(a.algorithm);
-      w.Key("peak_bytes").Uint(a.peak_bytes);
-      w.Key("seconds").Double(a.seconds);
-      if (!a.note.empty()) w.Key("note").String(a.note);
-      w.EndObject();
-    }
-    w.EndArray();
-    if (!file.dynamic_spaces.empty()) {
-      w.Key("dynamic_windows").BeginArray();
-      for (const plan::ReusableSpace& s : file.dynamic_spaces) {
-        w.BeginObject();
-        w.Key("start").Int(s.window.start);
-        w.Key("end").Int(s.window.end);
-        w.Key("name").String(s.window.name);
-        w.Key("idle_bytes").Uint(s.bytes());
-        w.Key("idle_granules").Uint(s.granule_count(granule));
-        w.EndObject();
-      }
-      w.EndArray();
-    }
-    w.EndObject();
-    std::printf("%s\n", w.str().c_str());
+    std::printf("%s\n", plan::MadePlanJson(*made, options, 2).c_str());
   } else {
+    const double ratio =
+        result.lower_bound_bytes == 0
+            ? 1.0
+            : static_cast<double>(result.peak_bytes) /
+                  static_cast<double>(result.lower_bound_bytes);
     std::printf("input        %s (%zu buffers%s)\n", input.c_str(),
-                instance.buffers.size(),
-                instance.period > 0
-                    ? fmt::format(", period {}", instance.period).c_str()
+                made->instance.buffers.size(),
+                made->instance.period > 0
+                    ? fmt::format(", period {}", made->instance.period).c_str()
                     : "");
-    if (!loaded->note.empty()) {
-      std::printf("derived      %s\n", loaded->note.c_str());
+    if (!made->note.empty()) {
+      std::printf("derived      %s\n", made->note.c_str());
     }
     std::printf("lower bound  %llu bytes (%s)\n",
-                static_cast<unsigned long long>(result->lower_bound_bytes),
-                FormatBytes(result->lower_bound_bytes).c_str());
+                static_cast<unsigned long long>(result.lower_bound_bytes),
+                FormatBytes(result.lower_bound_bytes).c_str());
     std::printf("peak         %llu bytes (%s) = %.6f x lower bound%s\n",
-                static_cast<unsigned long long>(result->peak_bytes),
-                FormatBytes(result->peak_bytes).c_str(), ratio,
-                result->optimal ? ", optimal" : "");
+                static_cast<unsigned long long>(result.peak_bytes),
+                FormatBytes(result.peak_bytes).c_str(), ratio,
+                result.optimal ? ", optimal" : "");
     std::printf("granules     %llu x %s touched at the peak\n",
-                static_cast<unsigned long long>(result->peak_granules),
+                static_cast<unsigned long long>(result.peak_granules),
                 FormatBytes(granule).c_str());
-    std::printf("algorithm    %s\n", result->algorithm.c_str());
-    std::printf("seconds      %.3f (plan found after %.3f)\n", result->seconds,
-                result->seconds_to_best);
+    std::printf("algorithm    %s\n", result.algorithm.c_str());
+    std::printf("seconds      %.3f (plan found after %.3f)\n", result.seconds,
+                result.seconds_to_best);
     std::printf("valid        %s\n", verdict.valid()
                                          ? "yes (independent verifier)"
                                          : verdict.message.c_str());
     if (capacity != 0) {
       std::printf("capacity     %llu bytes: %s\n",
                   static_cast<unsigned long long>(capacity),
-                  result->fits ? "fits"
-                  : result->capacity_infeasible
+                  result.fits ? "fits"
+                  : result.capacity_infeasible
                       ? "does not fit (proved impossible)"
                       : "does not fit (none found in the time limit)");
     }
@@ -338,11 +262,11 @@ int RunPlan(const Args& raw_args) {
                  verdict.message.c_str());
     return 1;
   }
-  if (!result->fits) {
+  if (!result.fits) {
     std::fprintf(stderr,
                  "loom plan: does not fit in %llu bytes (best peak %llu)\n",
                  static_cast<unsigned long long>(capacity),
-                 static_cast<unsigned long long>(result->peak_bytes));
+                 static_cast<unsigned long long>(result.peak_bytes));
     return 1;
   }
   return 0;

@@ -3,11 +3,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "plan/analysis/analysis.h"
 #include "plan/solver/minimalloc_csv.h"
 #include "plan/trace/trace_binary.h"
 #include "plan/trace/trace_io.h"
-#include "plan/analysis/workload.h"
 
 namespace loom::plan {
 namespace {
@@ -46,27 +44,16 @@ StatusOr<InstanceInput> ReadInstanceInput(const std::string& path,
   }
   if (bytes.starts_with(kBinaryTraceMagic) || LooksLikeTextTrace(bytes)) {
     LOOM_ASSIGN_OR_RETURN(Trace trace, ParseTrace(bytes, path));
-    Workload workload = BuildWorkload(trace);
-    WorkloadAnalysis analysis = AnalyzeWorkload(workload);
     PlanningProblemOptions problem_options;
     problem_options.scope = options.scope;
     problem_options.steady_iteration = options.steady_iteration;
     problem_options.include_persistent = options.include_persistent;
     StatusOr<PlanningProblem> problem =
-        BuildPlanningProblem(workload, analysis, problem_options);
+        BuildPlanningProblem(trace, problem_options);
     if (!problem.ok()) return problem.status().WithContext(path);
     InstanceInput input;
-    const std::string what =
-        problem->steady_iteration < 0
-            ? std::string("the whole trace as one iteration")
-            : fmt::format("steady-state iteration #{} of {} ({})",
-                          problem->steady_iteration, workload.iterations.size(),
-                          IterationSourceName(workload.iteration_source));
-    input.note = fmt::format(
-        "{}, events [{}, {}): {} buffers, {} prologue and {} "
-        "iteration requests",
-        what, problem->begin, problem->end, problem->instance.buffers.size(),
-        problem->requests.prologue.size(), problem->requests.iteration.size());
+    input.note = std::move(problem->note);
+    input.steady_iteration = problem->steady_iteration;
     input.instance = std::move(problem->instance);
     input.group = std::move(problem->phase_group);
     input.requests = std::move(problem->requests);

@@ -32,6 +32,7 @@ struct InstanceInput {
   std::optional<RequestTable> requests;
   std::vector<TimeWindow> windows;
   std::string note;  // how the instance was derived, for reports
+  int32_t steady_iteration = -1;  // traces: the planned iteration (-1: all)
 };
 
 struct InstanceInputOptions {

@@ -184,4 +184,23 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
   return problem;
 }
 
+StatusOr<PlanningProblem> BuildPlanningProblem(
+    const Trace& trace, const PlanningProblemOptions& options) {
+  const Workload workload = BuildWorkload(trace);
+  const WorkloadAnalysis analysis = AnalyzeWorkload(workload);
+  LOOM_ASSIGN_OR_RETURN(PlanningProblem problem,
+                        BuildPlanningProblem(workload, analysis, options));
+  const std::string what =
+      problem.steady_iteration < 0
+          ? std::string("the whole trace as one iteration")
+          : fmt::format("steady-state iteration #{} of {} ({})",
+                        problem.steady_iteration, workload.iterations.size(),
+                        IterationSourceName(workload.iteration_source));
+  problem.note = fmt::format(
+      "{}, events [{}, {}): {} buffers, {} prologue and {} iteration requests",
+      what, problem.begin, problem.end, problem.instance.buffers.size(),
+      problem.requests.prologue.size(), problem.requests.iteration.size());
+  return problem;
+}
+
 }  // namespace loom::plan

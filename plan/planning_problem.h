@@ -34,25 +34,9 @@
 #include "plan/solver/granules.h"
 #include "plan/solver/instance.h"
 #include "plan/analysis/workload.h"
+#include "plan/planfile/request_table.h"
 
 namespace loom::plan {
-
-// One request of a sequence the runtime replays.
-struct RequestRef {
-  uint64_t size = 0;    // exact requested bytes
-  int64_t buffer = -1;  // index into the instance's buffers; -1: unplanned
-  int64_t start = 0;    // iteration time of the request (prologue: 0)
-  int64_t end = 0;      // iteration time of its free (may exceed the period)
-  friend bool operator==(const RequestRef&, const RequestRef&) = default;
-};
-
-// The sequences the runtime matcher replays (plan file section REQS).
-struct RequestTable {
-  int64_t prologue_iterations = 0;  // early iterations before the steady one
-  std::vector<RequestRef> prologue;
-  std::vector<RequestRef> iteration;
-  friend bool operator==(const RequestTable&, const RequestTable&) = default;
-};
 
 struct PlanningProblem {
   Instance instance;  // cyclic (period P) unless the iteration is empty
@@ -64,6 +48,8 @@ struct PlanningProblem {
   // Per buffer, a key of its (alloc phase, free phase) pair, for STAlloc's
   // same-phase groups (PlannerOptions::group).
   std::vector<uint32_t> phase_group;
+  // How the instance was derived, for reports (set by the Trace overload).
+  std::string note;
 };
 
 enum class PlanScope : uint8_t {
@@ -93,6 +79,12 @@ struct PlanningProblemOptions {
 StatusOr<PlanningProblem> BuildPlanningProblem(
     const Workload& workload, const WorkloadAnalysis& analysis,
     const PlanningProblemOptions& options = {});
+
+// The same from a trace: its workload is built and analysed first, and
+// `note` says which part was planned ("steady-state iteration #3 of 5 (...),
+// events [a, b): N buffers, ...").
+StatusOr<PlanningProblem> BuildPlanningProblem(
+    const Trace& trace, const PlanningProblemOptions& options = {});
 
 }  // namespace loom::plan
 

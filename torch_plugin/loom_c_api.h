@@ -96,6 +96,61 @@ int loom_shutdown(void);
 const char* loom_last_error(void);
 const char* loom_version(void);
 
+/* ---- Offline tools --------------------------------------------------------
+ * The planner, the request fingerprint and trace files, in process, for the
+ * Python package (no allocator is involved and no settings are needed): the
+ * same C++ code as loom_tool, so Python never parses loom's formats. Calls
+ * that produce a result store it as the calling thread's result, read with
+ * loom_last_result() (valid until that thread's next such call). */
+
+/* Plans the trace (text or binary) or MiniMalloc CSV at `input` with plan/'s
+ * entry point and writes the plan file to `plan_path`. `options` are
+ * "key=value" pairs separated by ';' (plan/make_plan.h: time_limit,
+ * persistent, algorithm, scope, steady_iteration, granule, capacity, ...;
+ * NULL or "" for the defaults). Result: the report as JSON. A plan that does
+ * not fit the capacity is not written: FAILED_PRECONDITION. */
+int loom_plan_trace(const char* input, const char* plan_path,
+                    const char* options);
+/* Result: the request fingerprint of the trace at `path` as JSON
+ * (plan/trace/fingerprint.h). */
+int loom_fingerprint_trace(const char* path);
+const char* loom_last_result(void);
+
+/* A trace in memory, read from a file or built event by event. Events cross
+ * the ABI as records of LOOM_TRACE_FIELDS unsigned 64-bit values: kind
+ * (1 alloc, 2 free, 3 iter_begin, 4 iter_end, 5 phase, 6 module_enter,
+ * 7 module_exit), flags (1 = dynamic module), device, name (index into the
+ * name table), id, size, stream. Every event appended is checked against the
+ * trace format's rules (docs/formats.md), so whatever is built can be
+ * written and read back. */
+#define LOOM_TRACE_FIELDS 7
+typedef struct loom_trace loom_trace;
+
+/* A new empty trace; NULL (loom_last_error says why) for a bad header. */
+loom_trace* loom_trace_new(int device, unsigned long long granularity,
+                           const char* provenance);
+/* Reads the trace file at `path` (either form) into `*out`. */
+int loom_trace_read(const char* path, loom_trace** out);
+void loom_trace_free(loom_trace* trace);
+int loom_trace_header(const loom_trace* trace, int* device,
+                      unsigned long long* granularity);
+const char* loom_trace_provenance(const loom_trace* trace);
+long long loom_trace_name_count(const loom_trace* trace);
+/* NULL when `index` is out of range. */
+const char* loom_trace_name(const loom_trace* trace, long long index);
+/* The index of `name`, added when new; -1 on error. */
+long long loom_trace_intern_name(loom_trace* trace, const char* name);
+long long loom_trace_event_count(const loom_trace* trace);
+/* Copies events [first, first + count) into `out` (count records). */
+int loom_trace_get_events(const loom_trace* trace, long long first,
+                          long long count, unsigned long long* out);
+/* Appends `count` records. All or nothing: on error none is kept and the
+ * message names the first bad event by its index in the trace. */
+int loom_trace_add_events(loom_trace* trace, const unsigned long long* records,
+                          long long count);
+/* Writes the trace: the text form for a `.ltt` path, binary otherwise. */
+int loom_trace_write(const loom_trace* trace, const char* path);
+
 #ifdef __cplusplus
 }
 #endif

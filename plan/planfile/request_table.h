@@ -15,13 +15,31 @@
 #ifndef LOOM_PLAN_PLANFILE_REQUEST_TABLE_H_
 #define LOOM_PLAN_PLANFILE_REQUEST_TABLE_H_
 
+#include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "base/status.h"
 #include "plan/planfile/plan_file.h"
-#include "plan/planning_problem.h"
 
 namespace loom::plan {
+
+// One request of a sequence the runtime replays.
+struct RequestRef {
+  uint64_t size = 0;    // exact requested bytes
+  int64_t buffer = -1;  // index into the instance's buffers; -1: unplanned
+  int64_t start = 0;    // iteration time of the request (prologue: 0)
+  int64_t end = 0;      // iteration time of its free (may exceed the period)
+  friend bool operator==(const RequestRef&, const RequestRef&) = default;
+};
+
+// The sequences the runtime matcher replays (plan file section REQS).
+struct RequestTable {
+  int64_t prologue_iterations = 0;  // early iterations before the steady one
+  std::vector<RequestRef> prologue;
+  std::vector<RequestRef> iteration;
+  friend bool operator==(const RequestTable&, const RequestTable&) = default;
+};
 
 inline constexpr uint32_t kRequestTableTag = PlanTag("REQS");
 

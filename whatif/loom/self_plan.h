@@ -1,16 +1,14 @@
-// Planning a trace for loom's runtime in one call (no files): the steps of
-// `loom plan <trace>` followed by loading the plan, for `loom compare` and
-// `loom replay --self-plan`.
+// Planning a trace for loom's runtime in one call (no files): plan/'s entry
+// point (plan/make_plan.h, the same plan as `loom plan <trace>`) followed by
+// the runtime's plan loader, for `loom compare` and `loom replay
+// --self-plan`.
 #ifndef LOOM_WHATIF_LOOM_SELF_PLAN_H_
 #define LOOM_WHATIF_LOOM_SELF_PLAN_H_
 
 #include <string>
 
 #include "base/status.h"
-#include "plan/solver/instance.h"
-#include "plan/solver/planner.h"
-#include "plan/planning_problem.h"
-#include "plan/trace/trace.h"
+#include "plan/make_plan.h"
 #include "vmm/runtime_plan.h"
 
 namespace loom::whatif {
