@@ -6,6 +6,7 @@
 #endif
 
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 namespace loom::vmm {
@@ -38,7 +39,10 @@ Status CudaDriver::DoMap(DevicePtr, uint64_t, uint64_t, uint64_t) {
   LOOM_NO_CUDA();
 }
 Status CudaDriver::DoUnmap(DevicePtr, uint64_t) { LOOM_NO_CUDA(); }
-Status CudaDriver::DoSetAccess(DevicePtr, uint64_t, int) { LOOM_NO_CUDA(); }
+Status CudaDriver::DoSetAccess(DevicePtr, uint64_t, int, std::span<const int>) {
+  LOOM_NO_CUDA();
+}
+StatusOr<bool> CudaDriver::DoCanAccessPeer(int, int) { LOOM_NO_CUDA(); }
 StatusOr<Stream> CudaDriver::DoCreateStream(int) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoDestroyStream(Stream) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoSynchronizeStream(Stream) { LOOM_NO_CUDA(); }
@@ -47,6 +51,8 @@ Status CudaDriver::DoDestroyEvent(uint64_t) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoRecordEvent(uint64_t, Stream) { LOOM_NO_CUDA(); }
 StatusOr<bool> CudaDriver::DoQueryEvent(uint64_t) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoSynchronizeEvent(uint64_t) { LOOM_NO_CUDA(); }
+Status CudaDriver::DoStreamWaitEvent(Stream, uint64_t) { LOOM_NO_CUDA(); }
+Status CudaDriver::DoSynchronizeDevice(int) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoCopyToDevice(DevicePtr, const void*, uint64_t) {
   LOOM_NO_CUDA();
 }
@@ -71,6 +77,8 @@ Status CudaDriver::DoMemset(DevicePtr, uint8_t, uint64_t) { LOOM_NO_CUDA(); }
   X(cuCtxGetCurrent)               \
   X(cuCtxSetCurrent)               \
   X(cuCtxGetDevice)                \
+  X(cuCtxSynchronize)              \
+  X(cuDeviceCanAccessPeer)         \
   X(cuMemGetInfo)                  \
   X(cuMemGetAllocationGranularity) \
   X(cuMemCreate)                   \
@@ -88,6 +96,7 @@ Status CudaDriver::DoMemset(DevicePtr, uint8_t, uint64_t) { LOOM_NO_CUDA(); }
   X(cuEventRecord)                 \
   X(cuEventQuery)                  \
   X(cuEventSynchronize)            \
+  X(cuStreamWaitEvent)             \
   X(cuMemcpyHtoD)                  \
   X(cuMemcpyDtoH)                  \
   X(cuMemsetD8)
@@ -102,6 +111,23 @@ struct CudaDriver::Api {
 #undef LOOM_DECLARE
   std::mutex context_mu;
   std::vector<CUcontext> primary;  // retained primary context per device
+  // The device of each event and stream created here, so that every call
+  // on them runs in that device's context (docs/driver_contract.md).
+  std::mutex objects_mu;
+  std::unordered_map<uint64_t, int> event_device;
+  std::unordered_map<uint64_t, int> stream_device;
+
+  int EventDevice(uint64_t event) {
+    std::lock_guard<std::mutex> lock(objects_mu);
+    auto it = event_device.find(event);
+    return it == event_device.end() ? kAnyDevice : it->second;
+  }
+  // Streams PyTorch created are unknown here: any current context serves.
+  int StreamDevice(uint64_t stream) {
+    std::lock_guard<std::mutex> lock(objects_mu);
+    auto it = stream_device.find(stream);
+    return it == stream_device.end() ? kAnyDevice : it->second;
+  }
 
   ~Api() {
     if (cuDevicePrimaryCtxRelease != nullptr) {
@@ -385,16 +411,33 @@ Status CudaDriver::DoUnmap(DevicePtr ptr, uint64_t size) {
                      fmt::format("cuMemUnmap({:#x}, {} bytes)", ptr, size));
 }
 
-Status CudaDriver::DoSetAccess(DevicePtr ptr, uint64_t size, int device) {
+Status CudaDriver::DoSetAccess(DevicePtr ptr, uint64_t size, int device,
+                               std::span<const int> peers) {
   Api::ScopedContext context(*api_, device);
   LOOM_RETURN_IF_ERROR(context.status());
-  CUmemAccessDesc access = {};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  return api_->Check(api_->cuMemSetAccess(ptr, size, &access, 1),
-                     fmt::format("cuMemSetAccess({:#x}, {} bytes, device {})",
-                                 ptr, size, device));
+  std::vector<CUmemAccessDesc> access(1 + peers.size());
+  for (size_t i = 0; i < access.size(); ++i) {
+    access[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[i].location.id = i == 0 ? device : peers[i - 1];
+    access[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  return api_->Check(
+      api_->cuMemSetAccess(ptr, size, access.data(), access.size()),
+      fmt::format("cuMemSetAccess({:#x}, {} bytes, device {}, {} peers)", ptr,
+                  size, device, peers.size()));
+}
+
+StatusOr<bool> CudaDriver::DoCanAccessPeer(int device, int peer) {
+  CUdevice a, b;
+  LOOM_RETURN_IF_ERROR(api_->Check(api_->cuDeviceGet(&a, device),
+                                   fmt::format("cuDeviceGet({})", device)));
+  LOOM_RETURN_IF_ERROR(api_->Check(api_->cuDeviceGet(&b, peer),
+                                   fmt::format("cuDeviceGet({})", peer)));
+  int can = 0;
+  LOOM_RETURN_IF_ERROR(
+      api_->Check(api_->cuDeviceCanAccessPeer(&can, b, a),
+                  fmt::format("cuDeviceCanAccessPeer({}, {})", peer, device)));
+  return can != 0;
 }
 
 StatusOr<Stream> CudaDriver::DoCreateStream(int device) {
@@ -403,16 +446,24 @@ StatusOr<Stream> CudaDriver::DoCreateStream(int device) {
   CUstream stream = nullptr;
   LOOM_RETURN_IF_ERROR(api_->Check(
       api_->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
+  std::lock_guard<std::mutex> lock(api_->objects_mu);
+  api_->stream_device[reinterpret_cast<uint64_t>(stream)] = device;
   return reinterpret_cast<Stream>(stream);
 }
 
 Status CudaDriver::DoDestroyStream(Stream stream) {
-  return api_->Check(api_->cuStreamDestroy(reinterpret_cast<CUstream>(stream)),
-                     "cuStreamDestroy");
+  Api::ScopedContext context(*api_, api_->StreamDevice(stream));
+  LOOM_RETURN_IF_ERROR(context.status());
+  LOOM_RETURN_IF_ERROR(
+      api_->Check(api_->cuStreamDestroy(reinterpret_cast<CUstream>(stream)),
+                  "cuStreamDestroy"));
+  std::lock_guard<std::mutex> lock(api_->objects_mu);
+  api_->stream_device.erase(stream);
+  return OkStatus();
 }
 
 Status CudaDriver::DoSynchronizeStream(Stream stream) {
-  Api::ScopedContext context(*api_, Api::kAnyDevice);
+  Api::ScopedContext context(*api_, api_->StreamDevice(stream));
   LOOM_RETURN_IF_ERROR(context.status());
   return api_->Check(
       api_->cuStreamSynchronize(reinterpret_cast<CUstream>(stream)),
@@ -425,21 +476,33 @@ StatusOr<uint64_t> CudaDriver::DoCreateEvent(int device) {
   CUevent event = nullptr;
   LOOM_RETURN_IF_ERROR(api_->Check(
       api_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+  std::lock_guard<std::mutex> lock(api_->objects_mu);
+  api_->event_device[reinterpret_cast<uint64_t>(event)] = device;
   return reinterpret_cast<uint64_t>(event);
 }
 
 Status CudaDriver::DoDestroyEvent(uint64_t event) {
-  return api_->Check(api_->cuEventDestroy(reinterpret_cast<CUevent>(event)),
-                     "cuEventDestroy");
+  Api::ScopedContext context(*api_, api_->EventDevice(event));
+  LOOM_RETURN_IF_ERROR(context.status());
+  LOOM_RETURN_IF_ERROR(
+      api_->Check(api_->cuEventDestroy(reinterpret_cast<CUevent>(event)),
+                  "cuEventDestroy"));
+  std::lock_guard<std::mutex> lock(api_->objects_mu);
+  api_->event_device.erase(event);
+  return OkStatus();
 }
 
 Status CudaDriver::DoRecordEvent(uint64_t event, Stream stream) {
+  Api::ScopedContext context(*api_, api_->EventDevice(event));
+  LOOM_RETURN_IF_ERROR(context.status());
   return api_->Check(api_->cuEventRecord(reinterpret_cast<CUevent>(event),
                                          reinterpret_cast<CUstream>(stream)),
                      "cuEventRecord");
 }
 
 StatusOr<bool> CudaDriver::DoQueryEvent(uint64_t event) {
+  Api::ScopedContext context(*api_, api_->EventDevice(event));
+  LOOM_RETURN_IF_ERROR(context.status());
   CUresult result = api_->cuEventQuery(reinterpret_cast<CUevent>(event));
   if (result == CUDA_ERROR_NOT_READY) return false;
   LOOM_RETURN_IF_ERROR(api_->Check(result, "cuEventQuery"));
@@ -447,8 +510,26 @@ StatusOr<bool> CudaDriver::DoQueryEvent(uint64_t event) {
 }
 
 Status CudaDriver::DoSynchronizeEvent(uint64_t event) {
+  Api::ScopedContext context(*api_, api_->EventDevice(event));
+  LOOM_RETURN_IF_ERROR(context.status());
   return api_->Check(api_->cuEventSynchronize(reinterpret_cast<CUevent>(event)),
                      "cuEventSynchronize");
+}
+
+Status CudaDriver::DoStreamWaitEvent(Stream stream, uint64_t event) {
+  Api::ScopedContext context(*api_, api_->EventDevice(event));
+  LOOM_RETURN_IF_ERROR(context.status());
+  return api_->Check(api_->cuStreamWaitEvent(reinterpret_cast<CUstream>(stream),
+                                             reinterpret_cast<CUevent>(event),
+                                             0),
+                     "cuStreamWaitEvent");
+}
+
+Status CudaDriver::DoSynchronizeDevice(int device) {
+  Api::ScopedContext context(*api_, device);
+  LOOM_RETURN_IF_ERROR(context.status());
+  return api_->Check(api_->cuCtxSynchronize(),
+                     fmt::format("cuCtxSynchronize(device {})", device));
 }
 
 Status CudaDriver::DoCopyToDevice(DevicePtr dst, const void* src,

@@ -47,7 +47,9 @@ class CudaDriver final : public Driver {
   Status DoMap(DevicePtr ptr, uint64_t size, uint64_t handle,
                uint64_t offset) override;
   Status DoUnmap(DevicePtr ptr, uint64_t size) override;
-  Status DoSetAccess(DevicePtr ptr, uint64_t size, int device) override;
+  Status DoSetAccess(DevicePtr ptr, uint64_t size, int device,
+                     std::span<const int> peers) override;
+  StatusOr<bool> DoCanAccessPeer(int device, int peer) override;
   StatusOr<Stream> DoCreateStream(int device) override;
   Status DoDestroyStream(Stream stream) override;
   Status DoSynchronizeStream(Stream stream) override;
@@ -56,6 +58,8 @@ class CudaDriver final : public Driver {
   Status DoRecordEvent(uint64_t event, Stream stream) override;
   StatusOr<bool> DoQueryEvent(uint64_t event) override;
   Status DoSynchronizeEvent(uint64_t event) override;
+  Status DoStreamWaitEvent(Stream stream, uint64_t event) override;
+  Status DoSynchronizeDevice(int device) override;
   Status DoCopyToDevice(DevicePtr dst, const void* src, uint64_t size) override;
   Status DoCopyToHost(void* dst, DevicePtr src, uint64_t size) override;
   Status DoMemset(DevicePtr dst, uint8_t value, uint64_t size) override;

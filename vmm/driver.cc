@@ -34,6 +34,10 @@ std::string_view DriverOpName(DriverOp op) {
       return "query_event";
     case DriverOp::kSynchronizeEvent:
       return "synchronize_event";
+    case DriverOp::kStreamWaitEvent:
+      return "stream_wait_event";
+    case DriverOp::kSynchronizeDevice:
+      return "synchronize_device";
     case DriverOp::kCopyToDevice:
       return "copy_to_device";
     case DriverOp::kCopyToHost:
@@ -150,14 +154,28 @@ Status Driver::Unmap(DevicePtr ptr, uint64_t size) {
   return OkStatus();
 }
 
-Status Driver::SetAccess(DevicePtr ptr, uint64_t size, int device) {
+Status Driver::SetAccess(DevicePtr ptr, uint64_t size, int device,
+                         std::span<const int> peers) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(MinimumGranularityLocked(device).status());
+  for (int peer : peers) {
+    LOOM_RETURN_IF_ERROR(MinimumGranularityLocked(peer).status());
+  }
   LOOM_RETURN_IF_ERROR(contract_.CheckWholeMappings(ptr, size, "set_access"));
   Count(DriverOp::kSetAccess);
-  LOOM_RETURN_IF_ERROR(DoSetAccess(ptr, size, device));
+  LOOM_RETURN_IF_ERROR(DoSetAccess(ptr, size, device, peers));
   contract_.OnSetAccess(ptr, size);
   return OkStatus();
+}
+
+StatusOr<bool> Driver::CanAccessPeer(int device, int peer) {
+  LOOM_ASSIGN_OR_RETURN(int count, DoDeviceCount());
+  if (device < 0 || device >= count || peer < 0 || peer >= count) {
+    return InvalidArgumentError("devices {} and {}: {} devices exist", device,
+                                peer, count);
+  }
+  if (device == peer) return false;
+  return DoCanAccessPeer(device, peer);
 }
 
 StatusOr<Stream> Driver::CreateStream(int device) {
@@ -216,6 +234,23 @@ Status Driver::SynchronizeEvent(Event event) {
   }
   Count(DriverOp::kSynchronizeEvent);
   return DoSynchronizeEvent(event.value);
+}
+
+Status Driver::StreamWaitEvent(Stream stream, Event event) {
+  if (event.value == 0) {
+    return InvalidArgumentError("stream_wait_event: null event");
+  }
+  Count(DriverOp::kStreamWaitEvent);
+  return DoStreamWaitEvent(stream, event.value);
+}
+
+Status Driver::SynchronizeDevice(int device) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    LOOM_RETURN_IF_ERROR(MinimumGranularityLocked(device).status());
+  }
+  Count(DriverOp::kSynchronizeDevice);
+  return DoSynchronizeDevice(device);
 }
 
 Status Driver::CheckAccessibleLocked(DevicePtr ptr, uint64_t size) const {

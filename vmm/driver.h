@@ -24,6 +24,12 @@
 // FAILED_PRECONDITION and changes nothing; it never crashes. A backend
 // failure (out of memory, driver error) also leaves the state unchanged.
 //
+// Streams and events have CUDA's meaning: work queued on a stream runs in
+// order, later; an event completes when the work queued before it on its
+// stream has; StreamWaitEvent orders two streams. The host and fake backends
+// run "work" at once (the fake one can hold events pending), the async host
+// backend (async_host_driver.h) runs it later on one thread per stream.
+//
 // Thread safety: every method may be called from any thread. Memory-mapping
 // calls are serialised by one mutex held across the backend call (they are
 // slow and rare: loom's allocator caches mappings); stream and event calls
@@ -35,6 +41,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -87,6 +94,8 @@ enum class DriverOp : uint8_t {
   kRecordEvent,
   kQueryEvent,
   kSynchronizeEvent,
+  kStreamWaitEvent,
+  kSynchronizeDevice,
   kCopyToDevice,
   kCopyToHost,
   kMemset,
@@ -140,9 +149,13 @@ class Driver {
   // REQUIRES: [ptr, ptr + size) is the union of whole earlier mappings with
   // no gap.
   Status Unmap(DevicePtr ptr, uint64_t size);
-  // Grants `device` read-write access to a mapped range.
-  // REQUIRES: as for Unmap.
-  Status SetAccess(DevicePtr ptr, uint64_t size, int device);
+  // Grants `device` and each of `peers` read-write access to a mapped range
+  // (one call). REQUIRES: as for Unmap; every device exists.
+  Status SetAccess(DevicePtr ptr, uint64_t size, int device,
+                   std::span<const int> peers = {});
+  // Whether `device`'s memory can be made accessible to `peer` (CUDA peer
+  // access; false for a device with itself). Not counted as a call.
+  StatusOr<bool> CanAccessPeer(int device, int peer);
 
   // --- Streams and events ------------------------------------------------
   StatusOr<Stream> CreateStream(int device);
@@ -157,6 +170,12 @@ class Driver {
   // True when the work recorded before `event` has completed.
   StatusOr<bool> QueryEvent(Event event);
   Status SynchronizeEvent(Event event);
+  // Work queued on `stream` after this call waits for `event`'s work.
+  Status StreamWaitEvent(Stream stream, Event event);
+  // Waits until all work queued on every stream of `device` has completed
+  // (cuCtxSynchronize). The safe wait before unmapping memory whose last
+  // users' streams may no longer exist.
+  Status SynchronizeDevice(int device);
 
   // --- Data (tests and checks) -------------------------------------------
   // REQUIRES: the device range is mapped and accessible.
@@ -189,7 +208,9 @@ class Driver {
   virtual Status DoMap(DevicePtr ptr, uint64_t size, uint64_t handle,
                        uint64_t offset) = 0;
   virtual Status DoUnmap(DevicePtr ptr, uint64_t size) = 0;
-  virtual Status DoSetAccess(DevicePtr ptr, uint64_t size, int device) = 0;
+  virtual Status DoSetAccess(DevicePtr ptr, uint64_t size, int device,
+                             std::span<const int> peers) = 0;
+  virtual StatusOr<bool> DoCanAccessPeer(int device, int peer) = 0;
   virtual StatusOr<Stream> DoCreateStream(int device) = 0;
   virtual Status DoDestroyStream(Stream stream) = 0;
   virtual Status DoSynchronizeStream(Stream stream) = 0;
@@ -198,6 +219,8 @@ class Driver {
   virtual Status DoRecordEvent(uint64_t event, Stream stream) = 0;
   virtual StatusOr<bool> DoQueryEvent(uint64_t event) = 0;
   virtual Status DoSynchronizeEvent(uint64_t event) = 0;
+  virtual Status DoStreamWaitEvent(Stream stream, uint64_t event) = 0;
+  virtual Status DoSynchronizeDevice(int device) = 0;
   virtual Status DoCopyToDevice(DevicePtr dst, const void* src,
                                 uint64_t size) = 0;
   virtual Status DoCopyToHost(void* dst, DevicePtr src, uint64_t size) = 0;

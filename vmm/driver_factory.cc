@@ -1,5 +1,6 @@
 #include "vmm/driver_factory.h"
 
+#include "vmm/async_host_driver.h"
 #include "vmm/cuda_driver.h"
 #include "vmm/fake_driver.h"
 #include "vmm/host_driver.h"
@@ -13,11 +14,16 @@ StatusOr<std::unique_ptr<Driver>> OpenDriver(std::string_view backend,
                           CudaDriver::Open());
     return std::unique_ptr<Driver>(std::move(driver));
   }
-  if (backend == "host") {
+  if (backend == "host" || backend == "async") {
     HostDriverOptions host;
     host.granularity = options.granularity;
     host.device_count = options.device_count;
     host.capacity_per_device = options.capacity_per_device;
+    if (backend == "async") {
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<AsyncHostDriver> driver,
+                            AsyncHostDriver::Open(host));
+      return std::unique_ptr<Driver>(std::move(driver));
+    }
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<HostDriver> driver,
                           HostDriver::Open(host));
     return std::unique_ptr<Driver>(std::move(driver));
@@ -37,7 +43,7 @@ StatusOr<std::unique_ptr<Driver>> OpenDriver(std::string_view backend,
     return std::unique_ptr<Driver>(std::make_unique<FakeDriver>(fake));
   }
   return InvalidArgumentError(
-      "unknown driver backend '{}' (cuda, host or fake)", backend);
+      "unknown driver backend '{}' (cuda, host, async or fake)", backend);
 }
 
 }  // namespace loom::vmm

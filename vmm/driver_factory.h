@@ -1,4 +1,5 @@
-// OpenDriver: picks a Driver backend by name ("cuda", "host", "fake").
+// OpenDriver: picks a Driver backend by name ("cuda", "host", "async",
+// "fake").
 #ifndef LOOM_VMM_DRIVER_FACTORY_H_
 #define LOOM_VMM_DRIVER_FACTORY_H_
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "vmm/async_host_driver.h"
 #include "vmm/cuda_driver.h"
 #include "vmm/fake_driver.h"
 #include "vmm/host_driver.h"
@@ -35,6 +36,16 @@ struct HostBackend {
     options.granularity = kTestGranularity;
     options.capacity_per_device = 64 * kTestGranularity;
     LOOM_ASSIGN_OR_RETURN(auto driver, HostDriver::Open(options));
+    return std::unique_ptr<Driver>(std::move(driver));
+  }
+};
+
+struct AsyncBackend {
+  static StatusOr<std::unique_ptr<Driver>> Make() {
+    HostDriverOptions options;
+    options.granularity = kTestGranularity;
+    options.capacity_per_device = 64 * kTestGranularity;
+    LOOM_ASSIGN_OR_RETURN(auto driver, AsyncHostDriver::Open(options));
     return std::unique_ptr<Driver>(std::move(driver));
   }
 };
@@ -83,13 +94,15 @@ class DriverContractTest : public ::testing::Test {
   uint64_t g_ = 0;
 };
 
-using Backends = ::testing::Types<FakeBackend, HostBackend, CudaBackend>;
+using Backends =
+    ::testing::Types<FakeBackend, HostBackend, AsyncBackend, CudaBackend>;
 class BackendNames {
  public:
   template <typename T>
   static std::string GetName(int) {
     if (std::is_same_v<T, FakeBackend>) return "fake";
     if (std::is_same_v<T, HostBackend>) return "host";
+    if (std::is_same_v<T, AsyncBackend>) return "async";
     return "cuda";
   }
 };

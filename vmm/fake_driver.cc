@@ -137,9 +137,11 @@ Status FakeDriver::DoUnmap(DevicePtr, uint64_t) {
   return MaybeFail(DriverOp::kUnmap);
 }
 
-Status FakeDriver::DoSetAccess(DevicePtr, uint64_t, int) {
+Status FakeDriver::DoSetAccess(DevicePtr, uint64_t, int, std::span<const int>) {
   return MaybeFail(DriverOp::kSetAccess);
 }
+
+StatusOr<bool> FakeDriver::DoCanAccessPeer(int, int) { return true; }
 
 StatusOr<Stream> FakeDriver::DoCreateStream(int) {
   LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kCreateStream));
@@ -216,6 +218,25 @@ Status FakeDriver::DoSynchronizeEvent(uint64_t event) {
                                 event);
   }
   it->second.complete = true;
+  return OkStatus();
+}
+
+Status FakeDriver::DoStreamWaitEvent(Stream, uint64_t event) {
+  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kStreamWaitEvent));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!events_.contains(event)) {
+    return InvalidArgumentError("stream_wait_event: {} is not a live event",
+                                event);
+  }
+  return OkStatus();
+}
+
+Status FakeDriver::DoSynchronizeDevice(int) {
+  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kSynchronizeDevice));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, event] : events_) {
+    if (event.recorded) event.complete = true;
+  }
   return OkStatus();
 }
 

@@ -26,6 +26,13 @@ void* AsPointer(DevicePtr ptr) { return reinterpret_cast<void*>(ptr); }
 
 StatusOr<std::unique_ptr<HostDriver>> HostDriver::Open(
     HostDriverOptions options) {
+  LOOM_ASSIGN_OR_RETURN(auto file, OpenFile(options));
+  return std::unique_ptr<HostDriver>(
+      new HostDriver(options, file.first, file.second));
+}
+
+StatusOr<std::pair<int, uint64_t>> HostDriver::OpenFile(
+    const HostDriverOptions& options) {
   long page = sysconf(_SC_PAGESIZE);
   if (options.granularity == 0 || options.granularity % page != 0) {
     return InvalidArgumentError(
@@ -54,7 +61,7 @@ StatusOr<std::unique_ptr<HostDriver>> HostDriver::Open(
     close(fd);
     return status;
   }
-  return std::unique_ptr<HostDriver>(new HostDriver(options, fd, file_size));
+  return std::make_pair(fd, file_size);
 }
 
 HostDriver::HostDriver(HostDriverOptions options, int fd, uint64_t file_size)
@@ -72,6 +79,11 @@ HostDriver::~HostDriver() {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [ptr, size] : reservations_) munmap(AsPointer(ptr), size);
   close(fd_);
+}
+
+uint64_t HostDriver::HandleFileOffset(uint64_t handle) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return handles_.at(handle).file_offset;
 }
 
 StatusOr<uint64_t> HostDriver::ResidentBytes() const {
@@ -206,7 +218,10 @@ Status HostDriver::DoUnmap(DevicePtr ptr, uint64_t size) {
   return OkStatus();
 }
 
-Status HostDriver::DoSetAccess(DevicePtr ptr, uint64_t size, int) {
+StatusOr<bool> HostDriver::DoCanAccessPeer(int, int) { return true; }
+
+Status HostDriver::DoSetAccess(DevicePtr ptr, uint64_t size, int,
+                               std::span<const int>) {
   if (mprotect(AsPointer(ptr), size, PROT_READ | PROT_WRITE) != 0) {
     return Errno("mprotect(set_access)");
   }
@@ -265,6 +280,17 @@ StatusOr<bool> HostDriver::DoQueryEvent(uint64_t event) {
 Status HostDriver::DoSynchronizeEvent(uint64_t event) {
   return DoQueryEvent(event).status();
 }
+
+Status HostDriver::DoStreamWaitEvent(Stream, uint64_t event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!events_.contains(event)) {
+    return InvalidArgumentError("stream_wait_event: {} is not a live event",
+                                event);
+  }
+  return OkStatus();
+}
+
+Status HostDriver::DoSynchronizeDevice(int) { return OkStatus(); }
 
 Status HostDriver::DoCopyToDevice(DevicePtr dst, const void* src,
                                   uint64_t size) {

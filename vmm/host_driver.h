@@ -21,6 +21,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "vmm/driver.h"
@@ -33,7 +34,7 @@ struct HostDriverOptions {
   uint64_t capacity_per_device = uint64_t{80} << 30;
 };
 
-class HostDriver final : public Driver {
+class HostDriver : public Driver {
  public:
   // Creates the memfd. Fails (UNAVAILABLE) if the system refuses it, or
   // INVALID_ARGUMENT for options that cannot work.
@@ -58,7 +59,9 @@ class HostDriver final : public Driver {
   Status DoMap(DevicePtr ptr, uint64_t size, uint64_t handle,
                uint64_t offset) override;
   Status DoUnmap(DevicePtr ptr, uint64_t size) override;
-  Status DoSetAccess(DevicePtr ptr, uint64_t size, int device) override;
+  Status DoSetAccess(DevicePtr ptr, uint64_t size, int device,
+                     std::span<const int> peers) override;
+  StatusOr<bool> DoCanAccessPeer(int device, int peer) override;
   StatusOr<Stream> DoCreateStream(int device) override;
   Status DoDestroyStream(Stream stream) override;
   Status DoSynchronizeStream(Stream stream) override;
@@ -67,12 +70,22 @@ class HostDriver final : public Driver {
   Status DoRecordEvent(uint64_t event, Stream stream) override;
   StatusOr<bool> DoQueryEvent(uint64_t event) override;
   Status DoSynchronizeEvent(uint64_t event) override;
+  Status DoStreamWaitEvent(Stream stream, uint64_t event) override;
+  Status DoSynchronizeDevice(int device) override;
   Status DoCopyToDevice(DevicePtr dst, const void* src, uint64_t size) override;
   Status DoCopyToHost(void* dst, DevicePtr src, uint64_t size) override;
   Status DoMemset(DevicePtr dst, uint8_t value, uint64_t size) override;
 
- private:
+ protected:
+  // The memfd behind a driver with `options` (checked): (fd, file size).
+  static StatusOr<std::pair<int, uint64_t>> OpenFile(
+      const HostDriverOptions& options);
   HostDriver(HostDriverOptions options, int fd, uint64_t file_size);
+  const HostDriverOptions& options() const { return options_; }
+  // Where `handle`'s bytes start in the memfd. REQUIRES: a live handle.
+  uint64_t HandleFileOffset(uint64_t handle) const;
+
+ private:
 
   // First-fit allocation of `size` bytes of memfd offsets for a device.
   // REQUIRES: mu_ held.
