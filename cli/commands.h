@@ -29,6 +29,7 @@ int RunAnalyze(const Args& args);
 int RunCompare(const Args& args);
 int RunPlan(const Args& args);
 int RunVerify(const Args& args);
+int RunStress(const Args& args);
 
 // The table main() dispatches on, in the order `loom_tool --help` lists them.
 inline constexpr Command kCommands[] = {
@@ -39,6 +40,8 @@ inline constexpr Command kCommands[] = {
     {"compare", "compare simulated allocators on a workload", RunCompare},
     {"plan", "plan an instance (offsets per buffer) and write a plan file",
      RunPlan},
+    {"stress", "random multi-stream programs against the run-time allocator",
+     RunStress},
     {"verify", "check a plan or offsets against an instance", RunVerify},
 };
 

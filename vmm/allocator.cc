@@ -642,6 +642,14 @@ Status Allocator::EmptyCacheLocked() {
   return result;
 }
 
+Status Allocator::BeginAllocateToPool(PoolId, std::function<bool(Stream)>) {
+  return OkStatus();
+}
+
+Status Allocator::EndAllocateToPool(PoolId) { return OkStatus(); }
+
+Status Allocator::ReleasePool(PoolId) { return OkStatus(); }
+
 AllocatorStats Allocator::stats() const {
   std::lock_guard<FutexMutex> lock(mu_);
   AllocatorStats out = stats_;

@@ -28,6 +28,7 @@
 #define LOOM_VMM_ALLOCATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -99,6 +100,14 @@ class Allocator : public Arena::PagePolicy {
 
   // Unmaps idle arena granules and releases pages no one needs.
   Status EmptyCache();
+
+  // CUDA graph capture: PyTorch's begin/end-allocate-to-pool hooks. A pool
+  // id is PyTorch's MempoolId_t. While `pool` is open, requests on streams
+  // for which `filter` returns true belong to the pool.
+  using PoolId = std::pair<uint64_t, uint64_t>;
+  Status BeginAllocateToPool(PoolId pool, std::function<bool(Stream)> filter);
+  Status EndAllocateToPool(PoolId pool);
+  Status ReleasePool(PoolId pool);
 
   AllocatorStats stats() const;
   void ResetPeakStats();

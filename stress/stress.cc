@@ -1,0 +1,677 @@
+#include "stress/stress.h"
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <tuple>
+
+#include "base/json.h"
+#include "plan/make_plan.h"
+#include "vmm/allocator.h"
+#include "vmm/async_host_driver.h"
+#include "vmm/driver_factory.h"
+#include "vmm/plan_loader.h"
+
+namespace loom::stress {
+namespace {
+
+using vmm::DevicePtr;
+using vmm::Stream;
+
+constexpr uint64_t kStampStride = 4096;
+constexpr size_t kMaxFailureTexts = 20;
+constexpr int kCheckEvery = 64;
+
+// A buffer the program holds (or a graph's, until its pool is released).
+struct Buffer {
+  DevicePtr ptr = 0;
+  uint64_t size = 0;
+  Stream stream = 0;
+  int device = 0;
+  uint64_t stamp = 0;   // written by its producer, expected by consumers
+  uint64_t owner = 0;   // key in the physical-ownership map
+};
+
+// A captured graph: its buffers are replayed on its stream until released.
+struct Graph {
+  vmm::Allocator::PoolId pool;
+  int device = 0;
+  Stream stream = 0;
+  uint64_t owner = 0;  // the ownership key of all its buffers
+  std::vector<Buffer> buffers;
+};
+
+class Harness {
+ public:
+  Harness(const StressOptions& options, vmm::Driver& driver)
+      : options_(options),
+        driver_(driver),
+        async_(dynamic_cast<vmm::AsyncHostDriver*>(&driver)) {}
+
+  Status Init();
+  void Run();
+  StressReport Finish();
+
+ private:
+  struct ThreadState {
+    std::mt19937_64 rng;
+    std::vector<Buffer> live;
+    std::vector<Graph> graphs;
+    std::vector<Stream> capture_streams;  // per device
+    uint64_t ops = 0;
+    // Thread 0 repeats a fixed script of request sizes and frees its oldest
+    // buffer first, so the recorded run is regular enough to plan and the
+    // plan gets hits; the other threads are random.
+    std::vector<uint64_t> script;
+    size_t next_in_script = 0;
+    bool in_iteration = false;
+    uint64_t iteration = 0;
+  };
+
+  void ThreadMain(int index);
+  void Step(int index, ThreadState& t);
+  bool TimeUp() const;
+
+  // Operations.
+  // `owner` 0: the buffer owns its bytes alone; else a graph's key, shared
+  // by every buffer of that graph.
+  void Allocate(ThreadState& t, int device, Stream stream, uint64_t owner,
+                Buffer* out, bool* made);
+  void Free(ThreadState& t, size_t which);
+  void UseOnOtherStream(ThreadState& t, Buffer& b);
+  void Capture(int index, ThreadState& t);
+  void Replay(ThreadState& t, Graph& g);
+  void InstallPlan();
+
+  // Kernels.
+  void Produce(Stream stream, const Buffer& b);
+  void Consume(Stream stream, const Buffer& b);
+  void Launch(Stream stream, const Buffer& b, std::function<void()> body);
+  std::vector<DevicePtr> StampAddresses(const Buffer& b) const;
+
+  // Physical ownership: every live buffer's bytes, checked at hand-out.
+  bool Own(const Buffer& b, vmm::Allocator& a);
+  void Disown(const Buffer& b);
+
+  void Failure(std::atomic<uint64_t>& counter, std::string what);
+  uint64_t Random(ThreadState& t, uint64_t n) { return t.rng() % n; }
+  // Log-uniform from 512 B to max_request, odd sizes included.
+  uint64_t RandomSize(ThreadState& t) {
+    const double exponent = std::uniform_real_distribution<double>(
+        9, std::log2(options_.max_request))(t.rng);
+    return std::max<uint64_t>(
+        1, static_cast<uint64_t>(std::exp2(exponent)) - Random(t, 512));
+  }
+
+  const StressOptions& options_;
+  vmm::Driver& driver_;
+  vmm::AsyncHostDriver* async_;
+  std::vector<std::unique_ptr<vmm::Allocator>> allocators_;
+  std::vector<std::vector<Stream>> streams_;  // per device
+  std::vector<Stream> created_streams_;
+  std::vector<ThreadState> threads_;
+  std::chrono::steady_clock::time_point start_;
+  std::atomic<uint64_t> total_ops_{0};
+  std::atomic<uint64_t> next_stamp_{1};
+  std::atomic<bool> plan_done_{false};
+
+  std::mutex mu_;  // guards owned_, failures_, events_
+  // (device, page, lo) -> (hi, owner): physical bytes of live buffers.
+  std::map<std::tuple<int, vmm::PageId, uint32_t>,
+           std::pair<uint32_t, uint64_t>>
+      owned_;
+  std::map<uint64_t, std::vector<std::tuple<int, vmm::PageId, uint32_t>>>
+      owned_by_;
+  std::vector<std::string> failures_;
+  std::vector<vmm::Event> events_;  // idle events for event waits
+
+  std::atomic<uint64_t> allocs_{0}, frees_{0}, kernels_{0}, cross_{0},
+      waits_{0}, empty_caches_{0}, ooms_{0}, plans_{0}, captures_{0},
+      replays_{0}, corrupted_{0}, invariant_failures_{0}, faults_{0};
+};
+
+Status Harness::Init() {
+  for (int d = 0; d < options_.devices; ++d) {
+    vmm::AllocatorOptions a;
+    a.device = d;
+    a.memory_cap_bytes = options_.cap_bytes;
+    a.arena_va_bytes = uint64_t{8} << 30;
+    a.record_capacity = options_.plan ? (size_t{1} << 20) : 0;
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<vmm::Allocator> allocator,
+                          vmm::Allocator::Create(driver_, a));
+    allocators_.push_back(std::move(allocator));
+    std::vector<Stream> streams = {0};  // the default stream too
+    for (int k = 1; k < options_.streams; ++k) {
+      LOOM_ASSIGN_OR_RETURN(Stream s, driver_.CreateStream(d));
+      streams.push_back(s);
+      created_streams_.push_back(s);
+    }
+    streams_.push_back(std::move(streams));
+  }
+  threads_.resize(options_.threads);
+  for (int i = 0; i < options_.threads; ++i) {
+    ThreadState& t = threads_[i];
+    t.rng.seed(options_.seed * 1000003 + i);
+    if (i == 0) {
+      for (int k = 0; k < 37; ++k) t.script.push_back(RandomSize(t));
+    }
+    for (int d = 0; d < options_.devices; ++d) {
+      LOOM_ASSIGN_OR_RETURN(Stream s, driver_.CreateStream(d));
+      t.capture_streams.push_back(s);
+      created_streams_.push_back(s);
+    }
+  }
+  return OkStatus();
+}
+
+bool Harness::TimeUp() const {
+  if (options_.max_ops != 0 && total_ops_.load() >= options_.max_ops) {
+    return true;
+  }
+  const double elapsed = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - start_)
+                             .count();
+  return elapsed >= options_.seconds;
+}
+
+void Harness::Run() {
+  start_ = std::chrono::steady_clock::now();
+  std::vector<std::thread> workers;
+  for (int i = 0; i < options_.threads; ++i) {
+    workers.emplace_back([this, i] { ThreadMain(i); });
+  }
+  for (std::thread& w : workers) w.join();
+}
+
+void Harness::ThreadMain(int index) {
+  ThreadState& t = threads_[index];
+  while (!TimeUp()) {
+    Step(index, t);
+    ++t.ops;
+    const uint64_t ops = ++total_ops_;
+    if (ops % kCheckEvery == 0) {
+      for (auto& a : allocators_) a->CheckInvariants();
+    }
+  }
+  // Wind down: free everything, release every graph.
+  while (!t.live.empty()) Free(t, t.live.size() - 1);
+  for (Graph& g : t.graphs) {
+    allocators_[g.device]->ReleasePool(g.pool).IgnoreError();
+    if (!g.buffers.empty()) Disown(g.buffers.front());
+  }
+  t.graphs.clear();
+  if (t.in_iteration) allocators_[0]->IterationEnd(t.iteration);
+}
+
+void Harness::Step(int index, ThreadState& t) {
+  // Thread 0 marks iterations and installs the plan once, a third in.
+  if (index == 0) {
+    if (t.ops % 97 == 0) {
+      for (auto& a : allocators_) {
+        if (t.in_iteration) a->IterationEnd(t.iteration);
+        a->IterationBegin(t.iteration + 1);
+      }
+      if (t.in_iteration) ++t.iteration;
+      t.in_iteration = true;
+    }
+    const double elapsed = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - start_)
+                               .count();
+    const bool third = options_.max_ops != 0
+                           ? total_ops_.load() * 3 >= options_.max_ops
+                           : elapsed * 3 >= options_.seconds;
+    if (options_.plan && third && !plan_done_.exchange(true)) InstallPlan();
+  }
+  const int device = static_cast<int>(Random(t, options_.devices));
+  const std::vector<Stream>& streams = streams_[device];
+  const uint64_t roll = Random(t, 1000);
+  if (roll < 380 || t.live.empty()) {
+    Buffer b;
+    bool made = false;
+    Allocate(t, device, streams[Random(t, streams.size())], 0, &b, &made);
+    if (made) t.live.push_back(b);
+  } else if (roll < 700) {
+    Free(t, t.script.empty() ? Random(t, t.live.size()) : 0);
+  } else if (roll < 830) {
+    Buffer& b = t.live[Random(t, t.live.size())];
+    Consume(b.stream, b);
+  } else if (roll < 930) {
+    UseOnOtherStream(t, t.live[Random(t, t.live.size())]);
+  } else if (roll < 945) {
+    allocators_[device]->EmptyCache().IgnoreError();
+    ++empty_caches_;
+  } else if (roll < 965 && index == 0) {
+    // A dynamic module (MoE-like): a request whose size varies.
+    vmm::Allocator& a = *allocators_[device];
+    a.ModuleEnter("moe", /*dynamic=*/true);
+    Buffer b;
+    bool made = false;
+    Allocate(t, device, streams[0], 0, &b, &made);
+    if (made) t.live.push_back(b);
+    a.ModuleExit("moe");
+  } else if (roll < 985 && options_.graphs) {
+    if (!t.graphs.empty() && Random(t, 2) == 0) {
+      Replay(t, t.graphs[Random(t, t.graphs.size())]);
+    } else {
+      Capture(index, t);
+    }
+  } else if (!t.graphs.empty()) {
+    // A graph destroyed: its pool released while replays may be queued.
+    const size_t which = Random(t, t.graphs.size());
+    Graph g = std::move(t.graphs[which]);
+    t.graphs.erase(t.graphs.begin() + which);
+    allocators_[g.device]->ReleasePool(g.pool).IgnoreError();
+    if (!g.buffers.empty()) Disown(g.buffers.front());
+  }
+  if (t.live.size() > 48) {
+    Free(t, t.script.empty() ? Random(t, t.live.size()) : 0);
+  }
+}
+
+void Harness::Allocate(ThreadState& t, int device, Stream stream,
+                       uint64_t owner, Buffer* out, bool* made) {
+  *made = false;
+  uint64_t size = 0;
+  if (!t.script.empty() && owner == 0) {
+    size = t.script[t.next_in_script];
+    t.next_in_script = (t.next_in_script + 1) % t.script.size();
+  } else {
+    size = RandomSize(t);
+  }
+  vmm::Allocator& a = *allocators_[device];
+  StatusOr<DevicePtr> ptr = a.Allocate(size, stream);
+  ++allocs_;
+  if (!ptr.ok()) {
+    if (ptr.status().code() == StatusCode::kOutOfMemory) {
+      ++ooms_;
+      if (!t.live.empty()) Free(t, Random(t, t.live.size()));
+      return;
+    }
+    Failure(invariant_failures_,
+            fmt::format("allocation failed: {}", ptr.status().ToString()));
+    return;
+  }
+  Buffer b;
+  b.ptr = *ptr;
+  b.size = size;
+  b.stream = stream;
+  b.device = device;
+  b.stamp = next_stamp_++;
+  b.owner = owner != 0 ? owner : b.stamp;
+  if (async_ != nullptr && !async_->CheckHandOut(b.ptr, b.size, stream)) {
+    ++faults_;  // described by the driver
+  }
+  if (!Own(b, a)) {
+    // Never use memory that is not ours: it would corrupt the other owner.
+    a.Free(b.ptr).IgnoreError();
+    ++frees_;
+    return;
+  }
+  Produce(stream, b);
+  *out = b;
+  *made = true;
+}
+
+void Harness::Free(ThreadState& t, size_t which) {
+  Buffer b = t.live[which];
+  if (t.script.empty()) {
+    t.live[which] = t.live.back();
+    t.live.pop_back();
+  } else {
+    t.live.erase(t.live.begin() + which);  // keep the script's order
+  }
+  Disown(b);
+  Status status = allocators_[b.device]->Free(b.ptr);
+  ++frees_;
+  if (!status.ok()) {
+    Failure(invariant_failures_,
+            fmt::format("free failed: {}", status.ToString()));
+  }
+}
+
+void Harness::UseOnOtherStream(ThreadState& t, Buffer& b) {
+  const std::vector<Stream>& streams = streams_[b.device];
+  if (streams.size() < 2) return;
+  Stream other = streams[Random(t, streams.size())];
+  if (other == b.stream) return;
+  // PyTorch's pattern: the consumer stream waits for the producer's work;
+  // record_stream keeps the memory from reuse until the consumer is done.
+  vmm::Event event;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!events_.empty()) {
+      event = events_.back();
+      events_.pop_back();
+    }
+  }
+  if (event.value == 0) {
+    StatusOr<vmm::Event> created = driver_.CreateEvent(b.device);
+    if (!created.ok()) return;
+    event = *created;
+  }
+  if (driver_.RecordEvent(event, b.stream).ok() &&
+      driver_.StreamWaitEvent(other, event).ok()) {
+    ++waits_;
+    Status recorded = allocators_[b.device]->RecordStream(b.ptr, other);
+    if (!recorded.ok()) {
+      Failure(invariant_failures_,
+              fmt::format("record_stream failed: {}", recorded.ToString()));
+    }
+    Consume(other, b);
+    ++cross_;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.push_back(event);
+}
+
+void Harness::Capture(int index, ThreadState& t) {
+  const int device = static_cast<int>(Random(t, options_.devices));
+  Graph g;
+  g.device = device;
+  g.stream = t.capture_streams[device];
+  g.pool = {static_cast<uint64_t>(index) + 1, next_stamp_++};
+  g.owner = (uint64_t{1} << 63) | g.pool.second;
+  vmm::Allocator& a = *allocators_[device];
+  const Stream capture = g.stream;
+  if (!a.BeginAllocateToPool(g.pool, [capture](Stream s) {
+          return s == capture;
+        }).ok()) {
+    return;
+  }
+  ++captures_;
+  // The captured work: a few buffers, most freed again inside the capture
+  // (the graph reuses their memory at every replay).
+  std::vector<Buffer> open;
+  const int count = 2 + static_cast<int>(Random(t, 5));
+  for (int i = 0; i < count; ++i) {
+    Buffer b;
+    bool made = false;
+    Allocate(t, device, capture, g.owner, &b, &made);
+    if (!made) continue;
+    Consume(capture, b);
+    g.buffers.push_back(b);
+    open.push_back(b);
+    if (Random(t, 3) != 0) {
+      const size_t k = Random(t, open.size());
+      a.Free(open[k].ptr).IgnoreError();
+      ++frees_;
+      open.erase(open.begin() + k);
+    }
+  }
+  for (const Buffer& b : open) {
+    a.Free(b.ptr).IgnoreError();
+    ++frees_;
+  }
+  a.EndAllocateToPool(g.pool).IgnoreError();
+  // The graph owns every byte it used until its pool is released, freed
+  // buffers included: a replay writes them again. Buffers freed inside the
+  // capture may overlap each other (the graph reuses them in order), so
+  // only their union is owned, under one owner key per graph.
+  if (g.buffers.empty()) {
+    a.ReleasePool(g.pool).IgnoreError();
+    return;
+  }
+  t.graphs.push_back(std::move(g));
+}
+
+void Harness::Replay(ThreadState& t, Graph& g) {
+  (void)t;
+  // Replays follow capture order on the capture stream.
+  for (const Buffer& b : g.buffers) {
+    Produce(g.stream, b);
+    Consume(g.stream, b);
+  }
+  ++replays_;
+}
+
+void Harness::InstallPlan() {
+  for (auto& allocator : allocators_) {
+    plan::Trace trace = allocator->RecordedTrace();
+    plan::MakePlanOptions options;
+    options.time_limit_seconds = 0.5;
+    options.granule_bytes = options_.granularity;
+    options.include_persistent = false;  // they already live in the arena
+    StatusOr<plan::MadePlan> made = plan::MakePlan(trace, options);
+    if (!made.ok()) continue;
+    StatusOr<vmm::RuntimePlan> runtime =
+        vmm::ToRuntimePlan(made->file, "stress", options_.granularity);
+    if (!runtime.ok()) continue;
+    if (allocator->LoadPlan(*std::move(runtime)).ok()) ++plans_;
+    allocator->StopRecording();
+  }
+}
+
+std::vector<DevicePtr> Harness::StampAddresses(const Buffer& b) const {
+  std::vector<DevicePtr> out;
+  if (b.size < 8) return out;
+  for (uint64_t off = 0; off + 8 <= b.size; off += kStampStride) {
+    out.push_back(b.ptr + off);
+  }
+  const uint64_t last = (b.size - 8) & ~uint64_t{7};
+  if (out.back() != b.ptr + last) out.push_back(b.ptr + last);
+  return out;
+}
+
+void Harness::Launch(Stream stream, const Buffer& b,
+                     std::function<void()> body) {
+  ++kernels_;
+  if (async_ != nullptr) {
+    vmm::Kernel kernel;
+    kernel.accesses = {{b.ptr, b.size}};
+    kernel.body = std::move(body);
+    thread_local std::mt19937 delay_rng(
+        std::hash<std::thread::id>{}(std::this_thread::get_id()));
+    kernel.delay = std::chrono::microseconds(
+        options_.max_delay_us > 0 ? delay_rng() % options_.max_delay_us : 0);
+    Status launched = async_->Launch(stream, std::move(kernel));
+    if (!launched.ok()) {
+      Failure(faults_, fmt::format("kernel launch on live memory refused: {}",
+                                   launched.ToString()));
+    }
+    return;
+  }
+  if (driver_.holds_data()) body();
+}
+
+void Harness::Produce(Stream stream, const Buffer& b) {
+  std::vector<DevicePtr> at = StampAddresses(b);
+  const uint64_t stamp = b.stamp;
+  Launch(stream, b, [at = std::move(at), stamp] {
+    for (DevicePtr p : at) {
+      std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
+          .store(stamp, std::memory_order_relaxed);
+    }
+  });
+}
+
+void Harness::Consume(Stream stream, const Buffer& b) {
+  std::vector<DevicePtr> at = StampAddresses(b);
+  const uint64_t stamp = b.stamp;
+  const DevicePtr ptr = b.ptr;
+  Launch(stream, b, [this, at = std::move(at), stamp, ptr, stream] {
+    for (DevicePtr p : at) {
+      const uint64_t seen =
+          std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
+              .load(std::memory_order_relaxed);
+      if (seen != stamp) {
+        Failure(corrupted_,
+                fmt::format("buffer {} at {:#x} (stream {:#x}): byte {} holds "
+                            "stamp {}, not its own",
+                            stamp, ptr, stream, p - ptr, seen));
+        return;
+      }
+    }
+  });
+}
+
+bool Harness::Own(const Buffer& b, vmm::Allocator& a) {
+  std::vector<vmm::PhysicalExtent> extents = a.PhysicalExtents(b.ptr);
+  std::string conflict;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const vmm::PhysicalExtent& e : extents) {
+      auto it = owned_.lower_bound({b.device, e.page, 0});
+      const auto end = owned_.upper_bound({b.device, e.page, ~uint32_t{0}});
+      for (; it != end && conflict.empty(); ++it) {
+        const uint32_t lo = std::get<2>(it->first);
+        const auto [hi, owner] = it->second;
+        if (owner != b.owner && lo < e.hi && e.lo < hi) {
+          conflict = fmt::format(
+              "buffer {} ({} bytes at {:#x}, stream {:#x}) was given bytes "
+              "[{}, {}) of page {} that owner {} still holds",
+              b.stamp, b.size, b.ptr, b.stream, std::max(lo, e.lo),
+              std::min(hi, e.hi), e.page, owner);
+        }
+      }
+      if (!conflict.empty()) break;
+    }
+    if (conflict.empty()) {
+      std::vector<std::tuple<int, vmm::PageId, uint32_t>>& keys =
+          owned_by_[b.owner];
+      for (const vmm::PhysicalExtent& e : extents) {
+        auto [it, inserted] =
+            owned_.try_emplace({b.device, e.page, e.lo}, e.hi, b.owner);
+        if (!inserted) it->second.first = std::max(it->second.first, e.hi);
+        keys.push_back({b.device, e.page, e.lo});
+      }
+    }
+  }
+  if (conflict.empty()) return true;
+  Failure(invariant_failures_, std::move(conflict));
+  return false;
+}
+
+void Harness::Disown(const Buffer& b) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = owned_by_.find(b.owner);
+  if (it == owned_by_.end()) return;
+  for (const auto& key : it->second) owned_.erase(key);
+  owned_by_.erase(it);
+}
+
+void Harness::Failure(std::atomic<uint64_t>& counter, std::string what) {
+  ++counter;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failures_.size() < kMaxFailureTexts) failures_.push_back(std::move(what));
+}
+
+StressReport Harness::Finish() {
+  if (async_ != nullptr) async_->Drain();
+  for (auto& a : allocators_) {
+    a->CheckInvariants();
+    a->EmptyCache().IgnoreError();
+  }
+  StressReport r;
+  r.ops = total_ops_;
+  r.allocs = allocs_;
+  r.frees = frees_;
+  r.kernels = kernels_;
+  r.cross_stream_uses = cross_;
+  r.event_waits = waits_;
+  r.empty_caches = empty_caches_;
+  r.ooms = ooms_;
+  r.plans_installed = plans_;
+  r.graph_captures = captures_;
+  r.graph_replays = replays_;
+  r.corrupted = corrupted_;
+  r.invariant_failures = invariant_failures_;
+  r.faults = faults_;
+  for (auto& a : allocators_) {
+    const vmm::AllocatorStats stats = a->stats();
+    r.plan_hits += stats.plan_hits;
+    r.oom_retries += stats.num_alloc_retries;
+  }
+  if (async_ != nullptr) {
+    vmm::AsyncHostDriver::Counters c = async_->counters();
+    r.kernels_skipped = c.kernels_skipped;
+    // Faults the driver saw on its own (unmaps, kernels that found their
+    // memory gone) besides the hand-outs counted above.
+    uint64_t hand_outs = faults_;
+    r.faults = std::max<uint64_t>(c.faults, hand_outs);
+    for (std::string& f : async_->TakeFaults()) {
+      if (r.failures.size() < kMaxFailureTexts) r.failures.push_back(f);
+    }
+  }
+  for (std::string& f : failures_) {
+    if (r.failures.size() < kMaxFailureTexts) r.failures.push_back(f);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                            start_)
+                  .count();
+  for (vmm::Event e : events_) driver_.DestroyEvent(e).IgnoreError();
+  allocators_.clear();
+  for (Stream s : created_streams_) driver_.DestroyStream(s).IgnoreError();
+  return r;
+}
+
+}  // namespace
+
+std::string StressReport::ToJson(const StressOptions& options) const {
+  JsonWriter w(2);
+  w.BeginObject();
+  w.Key("backend").String(options.backend);
+  w.Key("seed").Uint(options.seed);
+  w.Key("threads").Int(options.threads);
+  w.Key("streams").Int(options.streams);
+  w.Key("devices").Int(options.devices);
+  w.Key("seconds").Double(seconds);
+  w.Key("ops").Uint(ops);
+  w.Key("allocs").Uint(allocs);
+  w.Key("frees").Uint(frees);
+  w.Key("kernels").Uint(kernels);
+  w.Key("kernels_skipped").Uint(kernels_skipped);
+  w.Key("cross_stream_uses").Uint(cross_stream_uses);
+  w.Key("event_waits").Uint(event_waits);
+  w.Key("empty_caches").Uint(empty_caches);
+  w.Key("ooms").Uint(ooms);
+  w.Key("oom_retries").Uint(oom_retries);
+  w.Key("plans_installed").Uint(plans_installed);
+  w.Key("plan_hits").Uint(plan_hits);
+  w.Key("graph_captures").Uint(graph_captures);
+  w.Key("graph_replays").Uint(graph_replays);
+  w.Key("faults").Uint(faults);
+  w.Key("corrupted").Uint(corrupted);
+  w.Key("invariant_failures").Uint(invariant_failures);
+  w.Key("ok").Bool(ok());
+  w.Key("failures").BeginArray();
+  for (const std::string& f : failures) w.String(f);
+  w.EndArray();
+  w.EndObject();
+  return w.str();
+}
+
+StatusOr<StressReport> RunStress(const StressOptions& options) {
+  if (options.threads < 1 || options.threads > 64 || options.streams < 1 ||
+      options.streams > 64 || options.devices < 1 || options.devices > 8) {
+    return InvalidArgumentError(
+        "stress: threads 1..64, streams 1..64 and devices 1..8 (got {}, {}, "
+        "{})",
+        options.threads, options.streams, options.devices);
+  }
+  if (!(options.seconds > 0) && options.max_ops == 0) {
+    return InvalidArgumentError("stress: give --seconds or --ops");
+  }
+  if (options.max_request < 1024 || options.granularity == 0) {
+    return InvalidArgumentError("stress: max request below 1 KiB");
+  }
+  vmm::DriverOptions driver_options;
+  driver_options.granularity = options.granularity;
+  driver_options.device_count = options.devices;
+  driver_options.capacity_per_device = uint64_t{4} << 30;
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<vmm::Driver> driver,
+                        vmm::OpenDriver(options.backend, driver_options));
+  StressReport report;
+  {
+    Harness harness(options, *driver);
+    LOOM_RETURN_IF_ERROR(harness.Init());
+    harness.Run();
+    report = harness.Finish();
+  }
+  return report;
+}
+
+}  // namespace loom::stress
