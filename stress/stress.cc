@@ -200,8 +200,9 @@ void Harness::ThreadMain(int index) {
   // Wind down: free everything, release every graph.
   while (!t.live.empty()) Free(t, t.live.size() - 1);
   for (Graph& g : t.graphs) {
-    allocators_[g.device]->ReleasePool(g.pool).IgnoreError();
+    // Disowned first: once released, another thread may get the memory.
     if (!g.buffers.empty()) Disown(g.buffers.front());
+    allocators_[g.device]->ReleasePool(g.pool).IgnoreError();
   }
   t.graphs.clear();
   if (t.in_iteration) allocators_[0]->IterationEnd(t.iteration);
@@ -264,8 +265,8 @@ void Harness::Step(int index, ThreadState& t) {
     const size_t which = Random(t, t.graphs.size());
     Graph g = std::move(t.graphs[which]);
     t.graphs.erase(t.graphs.begin() + which);
-    allocators_[g.device]->ReleasePool(g.pool).IgnoreError();
     if (!g.buffers.empty()) Disown(g.buffers.front());
+    allocators_[g.device]->ReleasePool(g.pool).IgnoreError();
   }
   if (t.live.size() > 48) {
     Free(t, t.script.empty() ? Random(t, t.live.size()) : 0);

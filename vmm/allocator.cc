@@ -52,7 +52,8 @@ Allocator::Allocator(Driver& driver, AllocatorOptions options,
     : driver_(driver),
       options_(options),
       granularity_(granularity),
-      pool_(driver, options.device, granularity, cap_bytes) {}
+      pool_(driver, options.device, granularity, cap_bytes),
+      tracker_(driver, options.device) {}
 
 Status Allocator::Init(uint64_t arena_va_bytes) {
   LOOM_ASSIGN_OR_RETURN(
@@ -74,6 +75,14 @@ Allocator::~Allocator() {
     live_.Insert(pending.ptr, pending.allocation);
   }
   pending_.clear();
+  // Graph pools' free blocks are the arena's again (their graphs are gone
+  // with the process's allocator).
+  for (const std::unique_ptr<GraphPool>& pool : pools_) {
+    for (const auto& [ptr, block] : pool->free_blocks) {
+      arena_->Free(ptr, block, FreeTag{});
+    }
+    pool->free_blocks.clear();
+  }
   if (!live_.empty()) {
     fmt::print(
         stderr,
@@ -83,6 +92,12 @@ Allocator::~Allocator() {
     return;  // unmapping would pull memory from under live tensors
   }
   for (Event e : idle_events_) driver_.DestroyEvent(e).IgnoreError();
+  // Queued work may still use memory freed last: wait before unmapping.
+  Status drained = tracker_.WaitForAll();
+  if (!drained.ok()) {
+    fmt::print(stderr, "loom: waiting for device {} before release failed: {}\n",
+               options_.device, drained.ToString());
+  }
   matcher_.reset();
   region_.reset();
   arena_.reset();
@@ -158,6 +173,8 @@ Status Allocator::LoadPlan(RuntimePlan plan) {
   };
   take_spare();
   if (pages.size() < granules && arena_->mapped_granules() > 0) {
+    // Idle arena pages still fenced by queued work are waited for first.
+    LOOM_RETURN_IF_ERROR(DrainPages(arena_->IdlePages()));
     LOOM_RETURN_IF_ERROR(arena_->UnmapIdle().status());
     take_spare();
   }
@@ -217,26 +234,34 @@ StatusOr<Event> Allocator::TakeEvent() {
 
 void Allocator::ReturnEvent(Event event) { idle_events_.push_back(event); }
 
-bool Allocator::StreamSafeSlow(Page& page, Stream) {
-  for (const auto& [s, done] : stream_checks_) {
-    if (s == page.last_stream) {
-      if (done) page.stream_dirty = false;
-      return done;
+bool Allocator::BytesReadySlow(Page& page, uint32_t lo, uint32_t hi,
+                               Stream stream) {
+  std::vector<Fence>& fences = page.fences;
+  for (size_t i = 0; i < fences.size();) {
+    const Fence& f = fences[i];
+    // The stream's own frees are safe for it (stream order); bytes outside
+    // [lo, hi) do not matter to this request.
+    if (f.tag.stream == stream || f.hi <= lo || hi <= f.lo) {
+      ++i;
+      continue;
+    }
+    if (!tracker_.Complete(f.tag)) return false;
+    fences[i] = fences.back();
+    fences.pop_back();
+  }
+  return true;
+}
+
+Status Allocator::DrainPages(const std::vector<PageId>& pages) {
+  bool pending = false;
+  for (PageId id : pages) {
+    for (const Fence& f : pool_.page(id).fences) {
+      pending |= !tracker_.Complete(f.tag);
     }
   }
-  // Ask the driver whether the other stream has finished what it had queued.
-  bool done = false;
-  StatusOr<Event> event = TakeEvent();
-  if (event.ok()) {
-    if (driver_.RecordEvent(*event, page.last_stream).ok()) {
-      StatusOr<bool> query = driver_.QueryEvent(*event);
-      done = query.ok() && *query;
-    }
-    ReturnEvent(*event);
-  }
-  stream_checks_.emplace_back(page.last_stream, done);
-  if (done) page.stream_dirty = false;
-  return done;
+  if (pending) LOOM_RETURN_IF_ERROR(tracker_.WaitForAll());
+  for (PageId id : pages) pool_.page(id).fences.clear();
+  return OkStatus();
 }
 
 int64_t Allocator::Needed(int64_t until) const {
@@ -252,7 +277,8 @@ bool Allocator::Lendable(uint32_t k, int64_t needed) const {
          needed;
 }
 
-bool Allocator::Usable(PageId id, Stream stream, int64_t until) {
+bool Allocator::Usable(PageId id, uint32_t lo, uint32_t hi, Stream stream,
+                       int64_t until) {
   Page& page = pool_.page(id);
   if (page.static_users != 0) return false;
   // A static page cached in the arena: only as long as its schedule allows,
@@ -264,7 +290,7 @@ bool Allocator::Usable(PageId id, Stream stream, int64_t until) {
       !Lendable(page.static_granule, Needed(until))) {
     return false;
   }
-  return StreamSafe(page, stream);
+  return BytesReady(page, lo, hi, stream);
 }
 
 void Allocator::PreferPagesOf(const PlannedRequest& entry) {
@@ -280,14 +306,15 @@ void Allocator::PreferPagesOf(const PlannedRequest& entry) {
   }
 }
 
-StatusOr<PageId> Allocator::Acquire(Stream stream, int64_t until) {
+StatusOr<PageId> Allocator::Acquire(uint32_t lo, uint32_t hi, Stream stream,
+                                    int64_t until) {
   // 0. The pages the plan reserved for the request being served.
   while (!preferred_pages_.empty()) {
     PageId id = preferred_pages_.back();
     preferred_pages_.pop_back();
     Page& p = pool_.page(id);
     if (p.arena_granule == kNoGranule && p.static_users == 0 &&
-        StreamSafe(p, stream)) {
+        BytesReady(p, lo, hi, stream)) {
       return id;
     }
   }
@@ -295,7 +322,7 @@ StatusOr<PageId> Allocator::Acquire(Stream stream, int64_t until) {
   for (PageId id = 0; id < pool_.slots(); ++id) {
     Page& p = pool_.page(id);
     if (p.live && p.static_granule == kNoGranule &&
-        p.arena_granule == kNoGranule && StreamSafe(p, stream)) {
+        p.arena_granule == kNoGranule && BytesReady(p, lo, hi, stream)) {
       return id;
     }
   }
@@ -310,7 +337,9 @@ StatusOr<PageId> Allocator::Acquire(Stream stream, int64_t until) {
       Page& p = pool_.page(id);
       if (p.arena_granule != kNoGranule || p.static_users != 0) continue;
       int64_t distance = region_->TimeToNextUse(k, now, matcher_->in_setup());
-      if (distance <= best_distance || !StreamSafe(p, stream)) continue;
+      if (distance <= best_distance || !BytesReady(p, lo, hi, stream)) {
+        continue;
+      }
       best = id;
       best_distance = distance;
     }
@@ -325,10 +354,11 @@ StatusOr<PageId> Allocator::Acquire(Stream stream, int64_t until) {
   // Out of memory (cap or device). 4. A spare page cached idle in another
   // arena granule: remapping costs driver calls (so it comes after growing,
   // which a repeating workload stops needing once warm).
-  StatusOr<PageId> reclaimed = arena_->ReclaimIdle([&](PageId id) {
-    Page& p = pool_.page(id);
-    return p.static_granule == kNoGranule && StreamSafe(p, stream);
-  });
+  // The page moves to another address: every fence on it, the stream's own
+  // included, must be complete first (waited for if need be).
+  StatusOr<PageId> reclaimed = arena_->ReclaimIdle(
+      [&](PageId id) { return pool_.page(id).static_granule == kNoGranule; },
+      [&](PageId id) { return DrainPages({id}); });
   if (reclaimed.ok()) return reclaimed;
   // 5. Any idle static page: its planned owner may have to go elsewhere.
   if (best != kNoPage) return best;
@@ -337,9 +367,9 @@ StatusOr<PageId> Allocator::Acquire(Stream stream, int64_t until) {
 
 StatusOr<DevicePtr> Allocator::Allocate(uint64_t size, Stream stream) {
   std::lock_guard<FutexMutex> lock(mu_);
-  StatusOr<DevicePtr> ptr = AllocateLocked(size, stream);
-  stream_checks_.clear();
-  return ptr;
+  tracker_.NewCall();
+  tracker_.Use(stream);
+  return AllocateLocked(size, stream);
 }
 
 StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
@@ -349,6 +379,21 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     return OutOfMemoryError("allocation of {} bytes is absurd", size);
   }
   if (!pending_.empty()) ProcessPendingFrees();
+  if (open_pools_ > 0) {
+    if (GraphPool* pool = PoolFor(stream)) {
+      uint64_t block = 0;
+      LOOM_ASSIGN_OR_RETURN(DevicePtr ptr,
+                            AllocateInPool(*pool, size, stream, &block));
+      Allocation a{size, stream, Where::kArena, 0, pool, block};
+      live_.Insert(ptr, a);
+      ++pool->live;
+      stats_.allocated_bytes.Increase(size);
+      stats_.active_bytes.Increase(size);
+      stats_.allocation.Increase(1);
+      stats_.dynamic_bytes.Increase(size);
+      return ptr;
+    }
+  }
   const uint64_t request_id = next_request_id_++;
   if (recording_) {
     Record(plan::Event::Alloc(request_id, size, stream,
@@ -410,9 +455,11 @@ std::optional<DevicePtr> Allocator::TryStatic(const PlannedRequest& entry,
   // The safety check: the planned bytes must be free right now, and their
   // pages neither lent to the arena nor awaiting another stream's work.
   const uint64_t offset = static_cast<uint64_t>(entry.offset);
-  if (!region_->TryOccupy(offset, size, [&](Page& page) {
-        return page.arena_users == 0 && StreamSafe(page, stream);
-      })) {
+  if (!region_->TryOccupy(offset, size,
+                          [&](Page& page, uint32_t lo, uint32_t hi) {
+                            return page.arena_users == 0 &&
+                                   BytesReady(page, lo, hi, stream);
+                          })) {
     return std::nullopt;
   }
   return region_->base() + offset;
@@ -442,17 +489,19 @@ Status Allocator::Free(DevicePtr ptr) {
     return InvalidArgumentError(
         "free of {:#x}, which is not a live loom allocation", ptr);
   }
-  if (recording_) {
+  if (recording_ && allocation.pool == nullptr) {  // pool requests: not
     Record(plan::Event::Free(allocation.request_id, allocation.stream,
                              static_cast<int16_t>(options_.device)));
   }
   stats_.allocated_bytes.Decrease(allocation.size);
   stats_.allocation.Decrease(1);
+  tracker_.NewCall();
+  const FreeTag tag = tracker_.Released(allocation.stream);
   auto extra =
       extra_streams_.empty() ? extra_streams_.end() : extra_streams_.find(ptr);
   if (extra != extra_streams_.end()) {
     // Other streams use this memory: it stays active until they are done.
-    PendingFree pending{ptr, allocation, {}};
+    PendingFree pending{ptr, allocation, tag, {}};
     for (Stream s : extra->second) {
       StatusOr<Event> event = TakeEvent();
       if (!event.ok() || !driver_.RecordEvent(*event, s).ok()) {
@@ -467,23 +516,35 @@ Status Allocator::Free(DevicePtr ptr) {
     if (!pending.events.empty()) {
       pending_.push_back(std::move(pending));
       ProcessPendingFrees();
-      stream_checks_.clear();
       return OkStatus();
     }
   }
-  FinishFree(ptr, allocation);
-  stream_checks_.clear();
+  FinishFree(ptr, allocation, tag);
   if (!pending_.empty()) ProcessPendingFrees();
   return OkStatus();
 }
 
-void Allocator::FinishFree(DevicePtr ptr, const Allocation& allocation) {
+void Allocator::FinishFree(DevicePtr ptr, const Allocation& allocation,
+                           const FreeTag& tag) {
   stats_.active_bytes.Decrease(allocation.size);
+  if (GraphPool* pool = allocation.pool) {
+    stats_.dynamic_bytes.Decrease(allocation.size);
+    --pool->live;
+    if (!pool->released) {
+      // The graph replays on this memory: it stays the pool's.
+      pool->free_blocks.emplace_back(ptr, allocation.block);
+      stats_.graph_pool_bytes += allocation.block;
+    } else {
+      ReturnPoolBlock(ptr, allocation.block);
+      ForgetPoolIfDone(pool);
+    }
+    return;
+  }
   if (allocation.where == Where::kStatic) {
-    region_->Release(ptr - region_->base(), allocation.size, allocation.stream);
+    region_->Release(ptr - region_->base(), allocation.size, tag);
     stats_.static_bytes.Decrease(allocation.size);
   } else {
-    arena_->Free(ptr, allocation.size, allocation.stream);
+    arena_->Free(ptr, allocation.size, tag);
     stats_.dynamic_bytes.Decrease(allocation.size);
   }
 }
@@ -504,7 +565,7 @@ void Allocator::ProcessPendingFrees() {
       continue;
     }
     for (Event e : pending.events) ReturnEvent(e);
-    FinishFree(pending.ptr, pending.allocation);
+    FinishFree(pending.ptr, pending.allocation, pending.tag);
     pending_[i] = std::move(pending_.back());
     pending_.pop_back();
   }
@@ -518,6 +579,7 @@ Status Allocator::RecordStream(DevicePtr ptr, Stream stream) {
         "record_stream on {:#x}, which is not a live loom allocation", ptr);
   }
   if (stream == found->stream) return OkStatus();
+  tracker_.Use(stream);
   std::vector<Stream>& streams = extra_streams_[ptr];
   if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
     streams.push_back(stream);
@@ -611,13 +673,24 @@ void Allocator::StopRecording() {
 
 Status Allocator::EmptyCache() {
   std::lock_guard<FutexMutex> lock(mu_);
-  Status status = EmptyCacheLocked();
-  stream_checks_.clear();
-  return status;
+  tracker_.NewCall();
+  return EmptyCacheLocked();
 }
 
 Status Allocator::EmptyCacheLocked() {
   ProcessPendingFrees();
+  // Every page about to be unmapped or released: the idle arena granules'
+  // and the spare ones. Work queued before their frees may still touch
+  // them: wait for it first (PyTorch synchronises before it frees too).
+  std::vector<PageId> pages = arena_->IdlePages();
+  for (PageId id = 0; id < pool_.slots(); ++id) {
+    const Page& p = pool_.page(id);
+    if (p.live && p.static_granule == kNoGranule &&
+        p.arena_granule == kNoGranule) {
+      pages.push_back(id);
+    }
+  }
+  LOOM_RETURN_IF_ERROR(DrainPages(pages));
   LOOM_ASSIGN_OR_RETURN(std::vector<PageId> unmapped, arena_->UnmapIdle());
   (void)unmapped;
   Status result;
@@ -626,14 +699,6 @@ Status Allocator::EmptyCacheLocked() {
     if (!p.live || p.static_granule != kNoGranule ||
         p.arena_granule != kNoGranule)
       continue;
-    if (p.stream_dirty) {
-      // Work on the last stream may still read this memory.
-      Status sync = driver_.SynchronizeStream(p.last_stream);
-      if (!sync.ok()) {
-        result = sync;
-        continue;
-      }
-    }
     Status status = pool_.ReleasePage(id);
     if (!status.ok()) result = status;
   }
@@ -642,17 +707,115 @@ Status Allocator::EmptyCacheLocked() {
   return result;
 }
 
-Status Allocator::BeginAllocateToPool(PoolId, std::function<bool(Stream)>) {
+Allocator::GraphPool* Allocator::PoolFor(Stream stream) const {
+  for (const std::unique_ptr<GraphPool>& pool : pools_) {
+    if (pool->open && pool->filter(stream)) return pool.get();
+  }
+  return nullptr;
+}
+
+StatusOr<DevicePtr> Allocator::AllocateInPool(GraphPool& pool, uint64_t size,
+                                              Stream stream, uint64_t* block) {
+  // The smallest free block of the pool that fits (its kernels follow the
+  // graph's order, so the pool's own memory is reused without a fence).
+  size_t best = pool.free_blocks.size();
+  for (size_t i = 0; i < pool.free_blocks.size(); ++i) {
+    const uint64_t b = pool.free_blocks[i].second;
+    if (b >= size && (best == pool.free_blocks.size() ||
+                      b < pool.free_blocks[best].second)) {
+      best = i;
+    }
+  }
+  if (best != pool.free_blocks.size()) {
+    const auto [ptr, b] = pool.free_blocks[best];
+    pool.free_blocks[best] = pool.free_blocks.back();
+    pool.free_blocks.pop_back();
+    stats_.graph_pool_bytes -= b;
+    *block = b;
+    // The arena still counts the block live; it serves this request now.
+    return ptr;
+  }
+  LOOM_ASSIGN_OR_RETURN(DevicePtr ptr, AllocateInArena(size, stream, -1));
+  *block = RoundUp(size, kArenaAlignment);
+  return ptr;
+}
+
+void Allocator::ReturnPoolBlock(DevicePtr ptr, uint64_t block) {
+  // A replay of the graph may still be queued on any stream it ran on: every
+  // stream's work before now must be done before another stream reuses the
+  // block (each stream's own later work is ordered after it anyway).
+  std::vector<FreeTag> tags = tracker_.ReleasedEverywhere();
+  arena_->Free(ptr, block, tags);
+}
+
+void Allocator::ForgetPoolIfDone(GraphPool* pool) {
+  if (!pool->released || pool->live != 0) return;
+  for (size_t i = 0; i < pools_.size(); ++i) {
+    if (pools_[i].get() == pool) {
+      pools_.erase(pools_.begin() + i);
+      return;
+    }
+  }
+}
+
+Status Allocator::BeginAllocateToPool(PoolId id,
+                                      std::function<bool(Stream)> filter) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  if (!filter) return InvalidArgumentError("pool ({}, {}): no stream filter",
+                                           id.first, id.second);
+  GraphPool* pool = nullptr;
+  for (const std::unique_ptr<GraphPool>& p : pools_) {
+    if (p->id == id && !p->released) pool = p.get();
+  }
+  if (pool == nullptr) {
+    pools_.push_back(std::make_unique<GraphPool>());
+    pool = pools_.back().get();
+    pool->id = id;
+  }
+  if (!pool->open) ++open_pools_;
+  pool->open = true;
+  pool->filter = std::move(filter);
   return OkStatus();
 }
 
-Status Allocator::EndAllocateToPool(PoolId) { return OkStatus(); }
+Status Allocator::EndAllocateToPool(PoolId id) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  for (const std::unique_ptr<GraphPool>& p : pools_) {
+    if (p->id == id && !p->released) {
+      if (p->open) --open_pools_;
+      p->open = false;
+      return OkStatus();
+    }
+  }
+  return InvalidArgumentError("end of allocation to unknown pool ({}, {})",
+                              id.first, id.second);
+}
 
-Status Allocator::ReleasePool(PoolId) { return OkStatus(); }
+Status Allocator::ReleasePool(PoolId id) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  tracker_.NewCall();
+  for (const std::unique_ptr<GraphPool>& p : pools_) {
+    if (p->id != id || p->released) continue;
+    if (p->open) --open_pools_;
+    p->open = false;
+    p->released = true;
+    for (const auto& [ptr, block] : p->free_blocks) {
+      ReturnPoolBlock(ptr, block);
+      stats_.graph_pool_bytes -= block;
+    }
+    p->free_blocks.clear();
+    ForgetPoolIfDone(p.get());
+    return OkStatus();
+  }
+  return InvalidArgumentError("release of unknown pool ({}, {})", id.first,
+                              id.second);
+}
 
 AllocatorStats Allocator::stats() const {
   std::lock_guard<FutexMutex> lock(mu_);
   AllocatorStats out = stats_;
+  out.stream_events = tracker_.events_recorded();
+  out.device_syncs = tracker_.device_syncs();
   out.driver_calls = driver_.all_calls();
   return out;
 }

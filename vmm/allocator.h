@@ -13,9 +13,14 @@
 // arena allocations never at the same time; within each, live ranges never
 // overlap).
 //
-// Streams: an allocation freed on stream A is reused by another stream only
-// once an event recorded on A has completed; RecordStream(ptr, s) makes the
-// free wait for s too (the memory stays active until s's event completes).
+// Streams (stream_tracker.h): every free fences its bytes with a tag of its
+// stream; another stream may use those bytes only once the work its stream
+// had queued at the free has completed (an event recorded at the free), and
+// no memory is unmapped or remapped while a fence on it is incomplete (the
+// allocator waits, synchronising the device if it must, as PyTorch does
+// before releasing memory). RecordStream(ptr, s) makes the free wait for s
+// too (an event recorded on s at the free; the memory stays active until
+// it completes).
 //
 // Thread safety: all methods may be called from any thread; one mutex guards
 // the state. It is held across driver calls on the slow paths (creating a
@@ -46,6 +51,7 @@
 #include "vmm/page_pool.h"
 #include "vmm/runtime_plan.h"
 #include "vmm/static_region.h"
+#include "vmm/stream_tracker.h"
 
 namespace loom::vmm {
 
@@ -101,9 +107,17 @@ class Allocator : public Arena::PagePolicy {
   // Unmaps idle arena granules and releases pages no one needs.
   Status EmptyCache();
 
-  // CUDA graph capture: PyTorch's begin/end-allocate-to-pool hooks. A pool
-  // id is PyTorch's MempoolId_t. While `pool` is open, requests on streams
-  // for which `filter` returns true belong to the pool.
+  // CUDA graph capture: PyTorch's begin/end-allocate-to-pool hooks, with
+  // PyTorch's meaning. A pool id is PyTorch's MempoolId_t. Between Begin and
+  // End, requests on the streams `filter` accepts are served for the pool
+  // (from the arena; never from the plan, and not recorded). Memory a pool
+  // allocation frees stays the pool's, reused only by the pool's own later
+  // requests: a captured graph replays its kernels on that memory at every
+  // replay, so eager code must never get it. ReleasePool (the graph is gone)
+  // gives the pool's free memory back, fenced by every stream seen (a replay
+  // may still be queued); its live allocations go back when freed.
+  // Begin on a pool that exists opens it again (several graphs may share a
+  // pool). INVALID_ARGUMENT for End/Release of an unknown pool.
   using PoolId = std::pair<uint64_t, uint64_t>;
   Status BeginAllocateToPool(PoolId pool, std::function<bool(Stream)> filter);
   Status EndAllocateToPool(PoolId pool);
@@ -130,21 +144,37 @@ class Allocator : public Arena::PagePolicy {
   void CheckInvariants() const;
 
   // Arena::PagePolicy (called with mu_ held).
-  bool Usable(PageId page, Stream stream, int64_t until) override;
-  StatusOr<PageId> Acquire(Stream stream, int64_t until) override;
+  bool Usable(PageId page, uint32_t lo, uint32_t hi, Stream stream,
+              int64_t until) override;
+  StatusOr<PageId> Acquire(uint32_t lo, uint32_t hi, Stream stream,
+                           int64_t until) override;
 
  private:
   enum class Where : uint8_t { kStatic, kArena };
+  struct GraphPool;
   struct Allocation {
     uint64_t size = 0;
     Stream stream = 0;
     Where where = Where::kArena;
     uint64_t request_id = 0;
+    GraphPool* pool = nullptr;  // a graph pool's (arena) allocation
+    uint64_t block = 0;         // pool allocations: the arena block's size
+  };
+  // A graph's private memory (see BeginAllocateToPool).
+  struct GraphPool {
+    PoolId id;
+    std::function<bool(Stream)> filter;
+    bool open = false;      // between Begin and End
+    bool released = false;  // ReleasePool done; goes once nothing is live
+    uint64_t live = 0;      // live allocations
+    // Arena blocks the pool's allocations freed: (address, block size).
+    std::vector<std::pair<DevicePtr, uint64_t>> free_blocks;
   };
   struct PendingFree {
     DevicePtr ptr;
     Allocation allocation;
-    std::vector<Event> events;
+    FreeTag tag;  // of the free, on the allocation's own stream
+    std::vector<Event> events;  // recorded at the free on the other streams
   };
 
   Allocator(Driver& driver, AllocatorOptions options, uint64_t granularity,
@@ -164,16 +194,27 @@ class Allocator : public Arena::PagePolicy {
   void PreferPagesOf(const PlannedRequest& entry);
   StatusOr<DevicePtr> AllocateInArena(uint64_t size, Stream stream,
                                       int64_t until);
-  void FinishFree(DevicePtr ptr, const Allocation& allocation);
+  // The open pool whose filter accepts `stream`, or null.
+  GraphPool* PoolFor(Stream stream) const;
+  // Serves a pool request: one of its free blocks, or a new arena block.
+  StatusOr<DevicePtr> AllocateInPool(GraphPool& pool, uint64_t size,
+                                     Stream stream, uint64_t* block);
+  // Gives an arena block back, fenced by every stream seen so far.
+  void ReturnPoolBlock(DevicePtr ptr, uint64_t block);
+  void ForgetPoolIfDone(GraphPool* pool);
+  void FinishFree(DevicePtr ptr, const Allocation& allocation,
+                  const FreeTag& tag);
   void ProcessPendingFrees();
   Status EmptyCacheLocked();
-  // True once the work `stream` had queued when the page was last freed is
-  // done (always true for the same stream).
-  bool StreamSafe(Page& page, Stream stream) {
-    return !page.stream_dirty || page.last_stream == stream ||
-           StreamSafeSlow(page, stream);
+  // True when `stream` may use bytes [lo, hi) of `page` now: no other
+  // stream's free there is still incomplete. Forgets complete fences.
+  bool BytesReady(Page& page, uint32_t lo, uint32_t hi, Stream stream) {
+    return page.fences.empty() || BytesReadySlow(page, lo, hi, stream);
   }
-  bool StreamSafeSlow(Page& page, Stream stream);
+  bool BytesReadySlow(Page& page, uint32_t lo, uint32_t hi, Stream stream);
+  // Before `pages` are unmapped or remapped: waits until no queued work may
+  // still touch them (every fence complete), then forgets their fences.
+  Status DrainPages(const std::vector<PageId>& pages);
   StatusOr<Event> TakeEvent();
   void ReturnEvent(Event event);
   void Record(const plan::Event& event);
@@ -195,8 +236,10 @@ class Allocator : public Arena::PagePolicy {
   std::unordered_map<DevicePtr, std::vector<Stream>> extra_streams_;
   std::vector<PendingFree> pending_;
   std::vector<Event> idle_events_;
-  std::vector<std::pair<Stream, bool>> stream_checks_;  // per call
+  StreamTracker tracker_;
   std::vector<PageId> preferred_pages_;                 // per call
+  std::vector<std::unique_ptr<GraphPool>> pools_;
+  size_t open_pools_ = 0;
   std::vector<std::string> dynamic_modules_;            // open dynamic modules
   const DynamicWindow* window_ = nullptr;               // of the innermost one
   uint64_t next_request_id_ = 1;

@@ -40,6 +40,9 @@ std::string AllocatorStats::ToJson() const {
   w.Key("loom.static_region_bytes").Uint(static_region_bytes);
   w.Key("loom.arena_mapped_bytes").Uint(arena_mapped_bytes);
   w.Key("loom.arena_maps").Uint(arena_maps);
+  w.Key("loom.graph_pool_bytes").Uint(graph_pool_bytes);
+  w.Key("loom.stream_events").Uint(stream_events);
+  w.Key("loom.device_syncs").Uint(device_syncs);
   w.Key("loom.trace_events").Uint(trace_events);
   w.Key("loom.trace_truncated").Bool(trace_truncated);
   uint64_t total = 0;

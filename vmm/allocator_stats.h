@@ -58,6 +58,9 @@ struct AllocatorStats {
   uint64_t static_region_bytes = 0;
   uint64_t arena_mapped_bytes = 0;
   uint64_t arena_maps = 0;       // granules mapped into the arena
+  uint64_t graph_pool_bytes = 0;  // freed by graph allocations, kept for them
+  uint64_t stream_events = 0;     // events recorded at frees (several streams)
+  uint64_t device_syncs = 0;      // waits for the device before an unmap
   uint64_t trace_events = 0;     // events recorded (record mode)
   bool trace_truncated = false;  // the record buffer filled up
   std::array<uint64_t, kDriverOpCount> driver_calls{};

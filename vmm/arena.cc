@@ -15,6 +15,18 @@ uint64_t RoundUp(uint64_t value, uint64_t multiple) {
 
 }  // namespace
 
+uint32_t Arena::PieceLo(uint64_t granule, uint64_t offset) const {
+  const uint64_t start = granule * granularity_;
+  return static_cast<uint32_t>(offset > start ? offset - start : 0);
+}
+
+uint32_t Arena::PieceHi(uint64_t granule, uint64_t offset,
+                        uint64_t size) const {
+  const uint64_t start = granule * granularity_;
+  const uint64_t end = std::min(offset + size, start + granularity_);
+  return static_cast<uint32_t>(end - start);
+}
+
 Arena::Arena(Driver& driver, PagePool& pool, int device, DevicePtr base,
              uint64_t va_bytes)
     : driver_(driver),
@@ -78,7 +90,8 @@ Arena::Candidate Arena::Examine(uint64_t block, uint64_t bsize, uint64_t size,
       PageId page = granule_page_[k];
       if (page == kNoPage) {
         ++unmapped;
-      } else if (!policy.Usable(page, stream, until)) {
+      } else if (!policy.Usable(page, PieceLo(k, position),
+                                PieceHi(k, position, size), stream, until)) {
         blocked = k;
         break;
       }
@@ -181,7 +194,9 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
   Status placed = OkStatus();
   for (uint64_t k = first; k <= last && placed.ok(); ++k) {
     if (granule_page_[k] != kNoPage) continue;
-    StatusOr<PageId> page = policy.Acquire(stream, until);
+    StatusOr<PageId> page =
+        policy.Acquire(PieceLo(k, best.position),
+                       PieceHi(k, best.position, size), stream, until);
     placed = page.ok() ? MapGranule(k, *page) : page.status();
     if (placed.ok()) fresh.push_back(k);
   }
@@ -202,7 +217,7 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
   return base_ + best.position;
 }
 
-void Arena::Free(DevicePtr ptr, uint64_t size, Stream stream) {
+void Arena::Free(DevicePtr ptr, uint64_t size, std::span<const FreeTag> tags) {
   size = RoundUp(size, kArenaAlignment);
   uint64_t offset = ptr - base_;
   LOOM_CHECK(Contains(ptr) && offset + size <= va_bytes_);
@@ -212,8 +227,11 @@ void Arena::Free(DevicePtr ptr, uint64_t size, Stream stream) {
     Page& page = pool_.page(granule_page_[k]);
     LOOM_CHECK(page.arena_users > 0);
     --page.arena_users;
-    page.last_stream = stream;
-    page.stream_dirty = true;
+    for (const FreeTag& tag : tags) {
+      if (tag.epoch != 0) {
+        AddFence(page, PieceLo(k, offset), PieceHi(k, offset, size), tag);
+      }
+    }
   }
   live_bytes_ -= size;
   // Coalesce with free neighbours.
@@ -242,12 +260,15 @@ void Arena::Free(DevicePtr ptr, uint64_t size, Stream stream) {
   InsertFree(start, length);
 }
 
-StatusOr<PageId> Arena::ReclaimIdle(const std::function<bool(PageId)>& wanted) {
+StatusOr<PageId> Arena::ReclaimIdle(
+    const std::function<bool(PageId)>& wanted,
+    const std::function<Status(PageId)>& prepare) {
   for (uint64_t k = 0; k < granule_page_.size(); ++k) {
     PageId id = granule_page_[k];
     if (id == kNoPage || (k >= placing_first_ && k <= placing_last_)) continue;
     Page& page = pool_.page(id);
     if (page.arena_users != 0 || !wanted(id)) continue;
+    LOOM_RETURN_IF_ERROR(prepare(id));
     LOOM_RETURN_IF_ERROR(driver_.Unmap(base_ + k * granularity_, granularity_));
     ++unmaps_;
     page.arena_granule = kNoGranule;
@@ -256,6 +277,14 @@ StatusOr<PageId> Arena::ReclaimIdle(const std::function<bool(PageId)>& wanted) {
     return id;
   }
   return NotFoundError("no idle arena granule to reclaim");
+}
+
+std::vector<PageId> Arena::IdlePages() const {
+  std::vector<PageId> out;
+  for (PageId id : granule_page_) {
+    if (id != kNoPage && pool_.page(id).arena_users == 0) out.push_back(id);
+  }
+  return out;
 }
 
 StatusOr<std::vector<PageId>> Arena::UnmapIdle() {

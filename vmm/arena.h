@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "vmm/driver.h"
@@ -40,14 +41,17 @@ class Arena {
   class PagePolicy {
    public:
     virtual ~PagePolicy() = default;
-    // True if `page`, already mapped in the arena, may serve a new arena
-    // allocation on `stream` now, expected to end at iteration time `until`
-    // (-1: unknown).
-    virtual bool Usable(PageId page, Stream stream, int64_t until) = 0;
-    // A live page mapped nowhere in the arena and usable now by `stream`
-    // (growing the pool if needed); `until` is the iteration time the request
-    // is expected to end (or -1 if unknown). OUT_OF_MEMORY if none.
-    virtual StatusOr<PageId> Acquire(Stream stream, int64_t until) = 0;
+    // True if bytes [lo, hi) of `page`, already mapped in the arena, may
+    // serve a new arena allocation on `stream` now, expected to end at
+    // iteration time `until` (-1: unknown).
+    virtual bool Usable(PageId page, uint32_t lo, uint32_t hi, Stream stream,
+                        int64_t until) = 0;
+    // A live page mapped nowhere in the arena whose bytes [lo, hi) are
+    // usable now by `stream` (growing the pool if needed); `until` is the
+    // iteration time the request is expected to end (or -1 if unknown).
+    // OUT_OF_MEMORY if none.
+    virtual StatusOr<PageId> Acquire(uint32_t lo, uint32_t hi, Stream stream,
+                                     int64_t until) = 0;
   };
 
   // REQUIRES: va_bytes a positive multiple of the pool's granularity.
@@ -63,17 +67,28 @@ class Arena {
   StatusOr<DevicePtr> Allocate(uint64_t size, Stream stream, int64_t until,
                                PagePolicy& policy);
   // REQUIRES: (ptr, size) is a live allocation made by Allocate(size, ...).
-  // Marks the pages touched as last used by `stream`.
-  void Free(DevicePtr ptr, uint64_t size, Stream stream);
+  // Fences its bytes with `tag` (the free's stream may still use them).
+  void Free(DevicePtr ptr, uint64_t size, const FreeTag& tag) {
+    Free(ptr, size, std::span<const FreeTag>(&tag, 1));
+  }
+  // The same with several tags (each stream's work must be done).
+  void Free(DevicePtr ptr, uint64_t size, std::span<const FreeTag> tags);
 
   // Unmaps one mapped granule that serves no live allocation and whose page
-  // satisfies `wanted`, and returns its page (for reuse elsewhere: a driver
-  // call instead of a new page). Never one of the granules being mapped by
-  // the Allocate in progress. NOT_FOUND if there is none.
-  StatusOr<PageId> ReclaimIdle(const std::function<bool(PageId)>& wanted);
+  // satisfies `wanted`, after `prepare(page)` succeeded (the caller waits
+  // there for the work that may still use the page), and returns its page
+  // (for reuse elsewhere: a driver call instead of a new page). Never one of
+  // the granules being mapped by the Allocate in progress. NOT_FOUND if
+  // there is none.
+  StatusOr<PageId> ReclaimIdle(const std::function<bool(PageId)>& wanted,
+                               const std::function<Status(PageId)>& prepare);
 
+  // The pages of the mapped granules that serve no live allocation (what
+  // UnmapIdle would unmap).
+  std::vector<PageId> IdlePages() const;
   // Unmaps every mapped granule that serves no live allocation; returns the
-  // pages unmapped (their arena_granule is cleared).
+  // pages unmapped (their arena_granule is cleared). REQUIRES: the work that
+  // may still use them is done (the caller waits first).
   StatusOr<std::vector<PageId>> UnmapIdle();
 
   bool Contains(DevicePtr ptr) const {
@@ -104,6 +119,10 @@ class Arena {
   // Looks for a place for `size` bytes inside the free block [block, +bsize).
   Candidate Examine(uint64_t block, uint64_t bsize, uint64_t size,
                     Stream stream, int64_t until, PagePolicy& policy) const;
+  // The bytes of granule `granule` that [offset, offset + size) covers, as
+  // offsets within the granule. REQUIRES: they intersect.
+  uint32_t PieceLo(uint64_t granule, uint64_t offset) const;
+  uint32_t PieceHi(uint64_t granule, uint64_t offset, uint64_t size) const;
   // Maps `page` at `granule` (access is granted by the caller).
   Status MapGranule(uint64_t granule, PageId page);
   // Unmaps granules mapped by the Allocate in progress (on its failure).

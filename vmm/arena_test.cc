@@ -15,10 +15,10 @@ constexpr uint64_t kG = 64 << 10;
 class GrowingPolicy : public Arena::PagePolicy {
  public:
   explicit GrowingPolicy(PagePool& pool) : pool_(pool) {}
-  bool Usable(PageId page, Stream, int64_t) override {
+  bool Usable(PageId page, uint32_t, uint32_t, Stream, int64_t) override {
     return !busy.contains(page);
   }
-  StatusOr<PageId> Acquire(Stream, int64_t) override {
+  StatusOr<PageId> Acquire(uint32_t, uint32_t, Stream, int64_t) override {
     ++acquired;
     return pool_.Grow();
   }
@@ -58,23 +58,23 @@ TEST_F(ArenaFixture, SmallRequestsShareAGranuleAndCoalesceOnFree) {
   EXPECT_EQ(b, a + 1024);
   EXPECT_EQ(policy.acquired, 1);
   EXPECT_EQ(pool.page(arena->PageAt(a)).arena_users, 2u);
-  arena->Free(a, 1000, 0);
-  arena->Free(b, 512, 0);
+  arena->Free(a, 1000, FreeTag{});
+  arena->Free(b, 512, FreeTag{});
   arena->CheckInvariants();
   EXPECT_EQ(arena->live_bytes(), 0u);
   // Everything coalesced back: a granule-sized request lands at the start.
   DevicePtr c = *arena->Allocate(kG, 0, -1, policy);
   EXPECT_EQ(c, a);
   EXPECT_EQ(policy.acquired, 1) << "the mapping was reused";
-  arena->Free(c, kG, 0);
+  arena->Free(c, kG, FreeTag{});
 }
 
 TEST_F(ArenaFixture, RepeatingWorkloadMakesNoNewMappings) {
   for (int round = 0; round < 5; ++round) {
     DevicePtr x = *arena->Allocate(3 * kG + 100, 0, -1, policy);
     DevicePtr y = *arena->Allocate(kG / 3, 0, -1, policy);
-    arena->Free(x, 3 * kG + 100, 0);
-    arena->Free(y, kG / 3, 0);
+    arena->Free(x, 3 * kG + 100, FreeTag{});
+    arena->Free(y, kG / 3, FreeTag{});
   }
   // x touches 4 granules; y fits in the tail of x's last granule.
   EXPECT_EQ(arena->maps(), 4u);
@@ -83,27 +83,27 @@ TEST_F(ArenaFixture, RepeatingWorkloadMakesNoNewMappings) {
 
 TEST_F(ArenaFixture, BusyPagesAreSkipped) {
   DevicePtr x = *arena->Allocate(2 * kG, 0, -1, policy);
-  arena->Free(x, 2 * kG, 0);
+  arena->Free(x, 2 * kG, FreeTag{});
   // The first granule's page is now serving something else (e.g. a planned
   // static allocation): a new request must not use that granule.
   policy.busy.insert(arena->PageAt(x));
   DevicePtr y = *arena->Allocate(kG, 0, -1, policy);
   EXPECT_EQ(y, x + kG);
   EXPECT_EQ(pool.page(arena->PageAt(x)).arena_users, 0u);
-  arena->Free(y, kG, 0);
+  arena->Free(y, kG, FreeTag{});
   arena->CheckInvariants();
 }
 
 TEST_F(ArenaFixture, UnmapIdleReturnsPagesInOneCallPerRun) {
   DevicePtr x = *arena->Allocate(3 * kG, 0, -1, policy);
   DevicePtr y = *arena->Allocate(kG, 0, -1, policy);
-  arena->Free(x, 3 * kG, 0);
+  arena->Free(x, 3 * kG, FreeTag{});
   uint64_t unmap_calls = driver.calls(DriverOp::kUnmap);
   std::vector<PageId> pages = *arena->UnmapIdle();
   EXPECT_EQ(pages.size(), 3u);
   EXPECT_EQ(driver.calls(DriverOp::kUnmap), unmap_calls + 1);
   EXPECT_EQ(arena->mapped_granules(), 1u);
-  arena->Free(y, kG, 0);
+  arena->Free(y, kG, FreeTag{});
   arena->CheckInvariants();
 }
 
@@ -125,8 +125,8 @@ TEST_F(ArenaFixture, NewGranulesGetAccessInOneCall) {
   EXPECT_EQ(driver.calls(DriverOp::kMap), maps + 4);
   EXPECT_EQ(driver.calls(DriverOp::kSetAccess), access + 1);
   EXPECT_EQ(arena->mapped_granules(), 5u);
-  arena->Free(x, kG, 0);
-  arena->Free(y, 4 * kG, 0);
+  arena->Free(x, kG, FreeTag{});
+  arena->Free(y, 4 * kG, FreeTag{});
   arena->CheckInvariants();
 }
 
@@ -152,8 +152,8 @@ TEST_F(ArenaFixture, AFailedSetAccessLeavesNoMappingBehind) {
   DevicePtr y = *arena->Allocate(3 * kG, 0, -1, policy);
   EXPECT_EQ(y, x + kG);
   EXPECT_EQ(arena->mapped_granules(), 4u);
-  arena->Free(x, kG, 0);
-  arena->Free(y, 3 * kG, 0);
+  arena->Free(x, kG, FreeTag{});
+  arena->Free(y, 3 * kG, FreeTag{});
   arena->CheckInvariants();
 }
 

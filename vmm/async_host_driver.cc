@@ -66,16 +66,14 @@ void AsyncHostDriver::Work(Stream stream) {
     switch (item.kind) {
       case Item::Kind::kRecord: {
         auto it = events_.find(item.id);
-        if (it != events_.end()) {
-          it->second.completed = std::max(it->second.completed, item.generation);
-        }
+        if (it != events_.end()) it->second.pending.erase(item.generation);
         break;
       }
       case Item::Kind::kWait:
         changed_.wait(lock, [&] {
           auto it = events_.find(item.id);
           return stopping_ || it == events_.end() ||
-                 it->second.completed >= item.generation;
+                 it->second.Done(item.generation);
         });
         break;
       case Item::Kind::kKernel: {
@@ -328,7 +326,7 @@ Status AsyncHostDriver::DoSynchronizeStream(Stream stream) {
 StatusOr<uint64_t> AsyncHostDriver::DoCreateEvent(int device) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_event_++;
-  events_[id] = EventState{device, 0, 0};
+  events_[id].device = device;
   return id;
 }
 
@@ -351,6 +349,7 @@ Status AsyncHostDriver::DoRecordEvent(uint64_t event, Stream stream) {
   item.kind = Item::Kind::kRecord;
   item.id = event;
   item.generation = ++it->second.recorded;
+  it->second.pending.insert(item.generation);
   StreamLocked(stream).queue.push_back(std::move(item));
   changed_.notify_all();
   return OkStatus();
@@ -362,7 +361,7 @@ StatusOr<bool> AsyncHostDriver::DoQueryEvent(uint64_t event) {
   if (it == events_.end()) {
     return InvalidArgumentError("query_event: {} is not a live event", event);
   }
-  return it->second.completed >= it->second.recorded;
+  return it->second.Done(it->second.recorded);
 }
 
 Status AsyncHostDriver::DoSynchronizeEvent(uint64_t event) {
@@ -375,7 +374,7 @@ Status AsyncHostDriver::DoSynchronizeEvent(uint64_t event) {
   const uint64_t target = it->second.recorded;
   changed_.wait(lock, [&] {
     auto found = events_.find(event);
-    return found == events_.end() || found->second.completed >= target;
+    return found == events_.end() || found->second.Done(target);
   });
   return OkStatus();
 }

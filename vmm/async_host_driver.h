@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -134,10 +135,16 @@ class AsyncHostDriver final : public HostDriver {
     bool stop = false;     // destroyed: the worker ends once idle
     std::thread worker;
   };
+  // An event may be recorded again (on any stream) before an earlier
+  // recording has completed; waits refer to the recording they were made
+  // after, so completion is tracked per recording.
   struct EventState {
     int device = 0;
-    uint64_t recorded = 0;   // generation of the last RecordEvent
-    uint64_t completed = 0;  // highest generation passed by its stream
+    uint64_t recorded = 0;         // generation of the last RecordEvent
+    std::set<uint64_t> pending;    // generations not yet passed
+    bool Done(uint64_t generation) const {
+      return !pending.contains(generation);
+    }
   };
 
   explicit AsyncHostDriver(HostDriverOptions options, int fd,

@@ -207,6 +207,37 @@ TEST_F(AsyncHostDriverTest, LaunchOnUnmappedMemoryIsRefused) {
   ASSERT_TRUE(driver_->Unreserve(*va, kG).ok());
 }
 
+// A wait refers to the recording it follows, even when the event is
+// recorded again on a faster stream before that recording completes.
+TEST_F(AsyncHostDriverTest, WaitFollowsTheRecordingBeforeIt) {
+  DevicePtr reservation;
+  auto [va, h] = MapOne(&reservation);
+  auto* bytes = reinterpret_cast<uint8_t*>(va);
+  Stream slow = *driver_->CreateStream(0), fast = *driver_->CreateStream(0),
+         reader = *driver_->CreateStream(0);
+  Kernel writer;
+  writer.accesses = {{va, 1}};
+  writer.delay = microseconds(30000);
+  writer.body = [bytes] { bytes[0] = 9; };
+  ASSERT_TRUE(driver_->Launch(slow, std::move(writer)).ok());
+  Event e = *driver_->CreateEvent(0);
+  ASSERT_TRUE(driver_->RecordEvent(e, slow).ok());
+  ASSERT_TRUE(driver_->StreamWaitEvent(reader, e).ok());
+  ASSERT_TRUE(driver_->RecordEvent(e, fast).ok());  // completes at once
+  std::atomic<int> seen{-1};
+  Kernel check;
+  check.accesses = {{va, 1}};
+  check.body = [bytes, &seen] { seen = bytes[0]; };
+  ASSERT_TRUE(driver_->Launch(reader, std::move(check)).ok());
+  ASSERT_TRUE(driver_->SynchronizeStream(reader).ok());
+  EXPECT_EQ(seen.load(), 9);
+  ASSERT_TRUE(driver_->DestroyEvent(e).ok());
+  for (Stream s : {slow, fast, reader}) {
+    ASSERT_TRUE(driver_->DestroyStream(s).ok());
+  }
+  Unwind(va, h);
+}
+
 TEST_F(AsyncHostDriverTest, UnrecordedEventIsComplete) {
   Event e = *driver_->CreateEvent(1);
   EXPECT_TRUE(*driver_->QueryEvent(e));

@@ -1,6 +1,20 @@
 #include "vmm/page_pool.h"
 
+#include <algorithm>
+
 namespace loom::vmm {
+
+void AddFence(Page& page, uint32_t lo, uint32_t hi, const FreeTag& tag) {
+  for (Fence& f : page.fences) {
+    if (f.tag.stream == tag.stream) {
+      f.lo = std::min(f.lo, lo);
+      f.hi = std::max(f.hi, hi);
+      f.tag.epoch = std::max(f.tag.epoch, tag.epoch);
+      return;
+    }
+  }
+  page.fences.push_back(Fence{tag, lo, hi});
+}
 
 PagePool::PagePool(Driver& driver, int device, uint64_t granularity,
                    uint64_t cap_bytes)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "vmm/driver.h"
+#include "vmm/stream_tracker.h"
 
 namespace loom::vmm {
 
@@ -26,16 +27,29 @@ using PageId = uint32_t;
 inline constexpr PageId kNoPage = ~PageId{0};
 inline constexpr uint32_t kNoGranule = ~uint32_t{0};
 
+// Bytes of a page freed on a stream whose queued work may still touch them
+// (stream_tracker.h): per stream, the union of the byte ranges it freed on
+// the page, with the latest tag (a later tag of the same stream covers the
+// earlier ones). Other streams may use those bytes, and the page may be
+// unmapped, only once the tag is complete.
+struct Fence {
+  FreeTag tag;
+  uint32_t lo = 0;  // byte range within the page
+  uint32_t hi = 0;
+};
+
 struct Page {
   PhysicalHandle handle;                 // one granule of physical memory
   uint32_t static_granule = kNoGranule;  // mapped there in the static region
   uint32_t arena_granule = kNoGranule;   // mapped there in the arena
   uint32_t static_users = 0;             // live static allocations touching it
   uint32_t arena_users = 0;              // live arena allocations touching it
-  Stream last_stream = 0;                // stream of the last free touching it
-  bool stream_dirty = false;             // last_stream is meaningful
+  std::vector<Fence> fences;             // at most one per stream
   bool live = false;  // false once released (id may be reused)
 };
+
+// Records that bytes [lo, hi) of `page` were freed with `tag`.
+void AddFence(Page& page, uint32_t lo, uint32_t hi, const FreeTag& tag);
 
 class PagePool {
  public:

@@ -134,7 +134,7 @@ bool StaticRegion::RangeFree(uint64_t offset, uint64_t size) const {
   return free;
 }
 
-void StaticRegion::Release(uint64_t offset, uint64_t size, Stream stream) {
+void StaticRegion::Release(uint64_t offset, uint64_t size, const FreeTag& tag) {
   const uint64_t end = offset + size;
   const uint64_t mask = granularity_ - 1;
   const uint64_t first = offset >> shift_;
@@ -162,8 +162,7 @@ void StaticRegion::Release(uint64_t offset, uint64_t size, Stream stream) {
     Page& page = pool_.page(granule.page);
     LOOM_CHECK(page.static_users > 0);
     --page.static_users;
-    page.last_stream = stream;
-    page.stream_dirty = true;
+    AddFence(page, lo, hi, tag);
   }
   occupied_bytes_ -= size;
 }

@@ -52,14 +52,16 @@ class StaticRegion {
   bool RangeFree(uint64_t offset, uint64_t size) const;
 
   // The planned hand-out, checked and recorded in one pass: succeeds only if
-  // no live static allocation overlaps the range and `page_ok(page)` holds
-  // for every page behind it (not lent to the arena, no other stream's
-  // unfinished work). The hot path of every planned request.
+  // no live static allocation overlaps the range and `page_ok(page, lo, hi)`
+  // holds for every page behind it and the bytes [lo, hi) of it the range
+  // covers (not lent to the arena, no other stream's unfinished work there).
+  // The hot path of every planned request.
   template <typename PageOk>
   bool TryOccupy(uint64_t offset, uint64_t size, PageOk&& page_ok);
-  // Forgets a live static allocation and marks its pages as last used by
-  // `stream`. REQUIRES: [offset, offset + size) was occupied by TryOccupy.
-  void Release(uint64_t offset, uint64_t size, Stream stream);
+  // Forgets a live static allocation and fences its bytes with `tag` (the
+  // free's stream may still use them). REQUIRES: [offset, offset + size)
+  // was occupied by TryOccupy.
+  void Release(uint64_t offset, uint64_t size, const FreeTag& tag);
 
   uint64_t occupied_bytes() const { return occupied_bytes_; }
 
@@ -124,7 +126,7 @@ bool StaticRegion::TryOccupy(uint64_t offset, uint64_t size, PageOk&& page_ok) {
         if (a < hi && lo < b) return false;
       }
     }
-    if (!page_ok(pool_.page(granule.page))) return false;
+    if (!page_ok(pool_.page(granule.page), lo, hi)) return false;
   }
   for (uint64_t k = first; k <= last; ++k) {
     Granule& granule = granules_[k];

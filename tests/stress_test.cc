@@ -1,0 +1,104 @@
+// The stress program (stress/stress.h) on the async backend, short runs of
+// the configurations and seeds that failed before the stream-order fixes
+// (bench/results/stress.md): every one faulted, corrupted data or broke the
+// no-shared-byte invariant on bf3ab38. The long runs are in bench/.
+#include "stress/stress.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace loom::stress {
+namespace {
+
+struct Case {
+  std::string name;
+  uint64_t seed;
+  int streams;
+  int threads;
+  int devices;
+  uint64_t cap;
+  bool plan;
+  bool graphs;
+};
+
+std::string Describe(const StressReport& r) {
+  std::string out = fmt::format(
+      "{} ops, {} kernels: faults {}, corrupted {}, invariant failures {}",
+      r.ops, r.kernels, r.faults, r.corrupted, r.invariant_failures);
+  for (const std::string& f : r.failures) out += "\n  " + f;
+  return out;
+}
+
+class StressTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(StressTest, NoFaultNoCorruptionNoSharedByte) {
+  const Case& c = GetParam();
+  StressOptions o;
+  o.backend = "async";
+  o.seed = c.seed;
+  o.streams = c.streams;
+  o.threads = c.threads;
+  o.devices = c.devices;
+  o.cap_bytes = c.cap;
+  o.plan = c.plan;
+  o.graphs = c.graphs;
+  o.max_ops = 2500;
+  o.seconds = 120;
+  StatusOr<StressReport> r = RunStress(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->ok()) << Describe(*r);
+  EXPECT_GT(r->kernels, 1000u);
+  if (c.streams > 1) EXPECT_GT(r->cross_stream_uses, 0u);
+  if (c.graphs) EXPECT_GT(r->graph_captures, 0u);
+}
+
+constexpr uint64_t kCap = uint64_t{12} << 20;
+
+INSTANTIATE_TEST_SUITE_P(
+    FailedBeforeTheFixes, StressTest,
+    ::testing::Values(
+        // Everything at once (faults, corruption and graph memory given to
+        // eager code before the fixes).
+        Case{"all_seed1", 1, 3, 2, 1, kCap, true, true},
+        Case{"all_seed2", 2, 3, 2, 1, kCap, true, true},
+        Case{"all_seed3", 3, 3, 2, 1, kCap, true, true},
+        // Streams only: another stream's bytes handed out, unmaps under
+        // queued kernels during the out-of-memory retry.
+        Case{"streams_seed2", 2, 3, 2, 1, kCap, false, false},
+        Case{"streams_uncapped_seed3", 3, 3, 2, 1, 0, false, false},
+        // One stream, one thread: empty_cache unmapped before waiting.
+        Case{"one_stream_seed1", 1, 1, 1, 1, kCap, false, false},
+        // Graph capture: memory freed in a capture went back to eager code.
+        Case{"graphs_seed1", 1, 1, 1, 1, 0, false, true},
+        // Two devices.
+        Case{"two_devices_seed3", 3, 3, 2, 2, kCap, true, true}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+TEST(StressOptionsTest, BadOptionsAreRefused) {
+  StressOptions o;
+  o.threads = 0;
+  EXPECT_EQ(RunStress(o).status().code(), StatusCode::kInvalidArgument);
+  o = StressOptions();
+  o.backend = "warp-drive";
+  o.max_ops = 10;
+  EXPECT_EQ(RunStress(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The host and fake backends run kernels at once: the same program, the
+// invariants only.
+TEST(StressOptionsTest, OtherBackendsRunTheSameProgram) {
+  for (const char* backend : {"host", "fake"}) {
+    StressOptions o;
+    o.backend = backend;
+    o.max_ops = 1500;
+    o.seconds = 60;
+    StatusOr<StressReport> r = RunStress(o);
+    ASSERT_TRUE(r.ok()) << backend << ": " << r.status().ToString();
+    EXPECT_TRUE(r->ok()) << backend << ": " << Describe(*r);
+    EXPECT_EQ(r->faults, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace loom::stress

@@ -1,0 +1,111 @@
+// StreamTracker: when memory freed on one stream may be used again, for one
+// device's allocator (CUDA's stream semantics).
+//
+// A free on stream S does not mean S's kernels are done with the memory: they
+// may still be queued. Reuse by S itself is safe (stream order); reuse by
+// another stream, and any unmap or remap of the memory, must wait until the
+// work S had queued at the free has completed.
+//
+// Each free gets a FreeTag (S, e): e is S's current epoch. While the device
+// has seen one stream only, frees record nothing (no other stream can reuse
+// the memory: a single-stream training loop pays no event per free). From
+// the moment a second stream appears, every free records an event on its
+// stream at free time (a checkpoint closing epoch e, so the memory of a free
+// is released by an event recorded right after it, while the stream is
+// known to exist), and the open epochs of the streams seen before are closed
+// by a checkpoint then. Tag (S, e) is complete once a checkpoint of S with
+// epoch >= e has completed (CUDA completes a stream's events in order).
+// Nothing is ever inferred from an event recorded later than the free, so a
+// busy stream still has its frees released once the work before them is
+// done. WaitForAll is the one wait that needs no event: a device-wide
+// synchronisation, after which every tag handed out so far is complete; it is
+// what the allocator does before unmapping or remapping memory whose tags
+// are not complete (as PyTorch synchronises before it releases memory).
+//
+// Not thread-safe: the allocator serialises access.
+#ifndef LOOM_VMM_STREAM_TRACKER_H_
+#define LOOM_VMM_STREAM_TRACKER_H_
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "base/status.h"
+#include "vmm/driver.h"
+
+namespace loom::vmm {
+
+struct FreeTag {
+  Stream stream = 0;
+  uint64_t epoch = 0;  // 0: nothing to wait for
+};
+
+class StreamTracker {
+ public:
+  StreamTracker(Driver& driver, int device) : driver_(driver), device_(device) {}
+  // Destroys the events it holds.
+  ~StreamTracker();
+  StreamTracker(const StreamTracker&) = delete;
+  StreamTracker& operator=(const StreamTracker&) = delete;
+
+  // `stream` is used by a request now (an allocation, or record_stream): the
+  // first use of a second stream switches to recording events at frees.
+  void Use(Stream stream);
+  // The tag of bytes freed on `stream` now.
+  FreeTag Released(Stream stream);
+  // Tags of bytes released now with respect to every stream seen: another
+  // stream may use them once all the others' work before now is done (for
+  // memory a CUDA graph may have used on any stream).
+  std::vector<FreeTag> ReleasedEverywhere();
+  // True when `requester` may use bytes tagged `tag` now: its own stream's
+  // frees always; another stream's once their work has completed (an event
+  // query, at most once per stream between two calls of NewCall()).
+  bool Ready(const FreeTag& tag, Stream requester);
+  // True when the tagged work has completed (whatever the requester).
+  bool Complete(const FreeTag& tag);
+  // Waits until every tag handed out so far is complete: waits for the
+  // events of the streams that have them, or synchronises the device once
+  // when a tag has no event. No-op when everything is already complete.
+  Status WaitForAll();
+  // Starts a new allocator call: event queries may be asked again.
+  void NewCall() { ++call_; }
+
+  bool multi_stream() const { return multi_stream_; }
+  uint64_t events_recorded() const { return events_recorded_; }
+  uint64_t device_syncs() const { return device_syncs_; }
+
+ private:
+  struct Checkpoint {
+    uint64_t epoch = 0;
+    Event event;
+  };
+  struct StreamState {
+    Stream stream = 0;
+    uint64_t open = 1;       // the epoch frees are tagged with now
+    uint64_t completed = 0;  // every epoch <= this has completed
+    bool dirty = false;      // frees tagged with `open` since it opened
+    uint64_t not_done_call = ~uint64_t{0};  // call of the last "not yet"
+    std::deque<Checkpoint> checkpoints;     // oldest first
+  };
+
+  StreamState& State(Stream stream);
+  // Records a checkpoint closing `s`'s open epoch. On failure, the epoch
+  // stays open (only WaitForAll can complete it).
+  void Close(StreamState& s);
+  // Advances `s.completed` over the checkpoints that have completed.
+  void Poll(StreamState& s);
+  StatusOr<Event> TakeEvent();
+
+  Driver& driver_;
+  const int device_;
+  std::vector<StreamState> streams_;  // few: a linear scan beats a map
+  std::vector<Event> idle_events_;
+  bool multi_stream_ = false;
+  uint64_t call_ = 0;
+  uint64_t events_recorded_ = 0;
+  uint64_t device_syncs_ = 0;
+};
+
+}  // namespace loom::vmm
+
+#endif  // LOOM_VMM_STREAM_TRACKER_H_

@@ -1,0 +1,111 @@
+// StreamTracker: frees are released to other streams only once the work
+// queued before them has completed; one stream pays no event.
+#include "vmm/stream_tracker.h"
+
+#include <gtest/gtest.h>
+
+#include "vmm/fake_driver.h"
+
+namespace loom::vmm {
+namespace {
+
+constexpr Stream kA = 0;
+constexpr Stream kB = 0x5eed00000001;
+
+class StreamTrackerTest : public ::testing::Test {
+ protected:
+  StreamTrackerTest() { driver_.set_events_complete_immediately(false); }
+  FakeDriver driver_;
+};
+
+TEST_F(StreamTrackerTest, OneStreamRecordsNoEvents) {
+  StreamTracker t(driver_, 0);
+  t.Use(kA);
+  for (int i = 0; i < 100; ++i) {
+    const FreeTag tag = t.Released(kA);
+    EXPECT_TRUE(t.Ready(tag, kA));  // stream order
+  }
+  EXPECT_FALSE(t.multi_stream());
+  EXPECT_EQ(driver_.calls(DriverOp::kRecordEvent), 0u);
+}
+
+TEST_F(StreamTrackerTest, OtherStreamWaitsForTheEventOfTheFree) {
+  StreamTracker t(driver_, 0);
+  t.Use(kA);
+  const FreeTag before = t.Released(kA);  // single-stream: no event yet
+  t.Use(kB);  // the second stream closes A's open epoch with a checkpoint
+  EXPECT_TRUE(t.multi_stream());
+  EXPECT_EQ(driver_.calls(DriverOp::kRecordEvent), 1u);
+  const FreeTag after = t.Released(kA);  // recorded at the free
+  EXPECT_EQ(driver_.calls(DriverOp::kRecordEvent), 2u);
+  t.NewCall();
+  EXPECT_FALSE(t.Ready(before, kB));
+  EXPECT_FALSE(t.Ready(after, kB));
+  EXPECT_TRUE(t.Ready(after, kA));
+  driver_.CompleteEvents();
+  t.NewCall();
+  EXPECT_TRUE(t.Ready(before, kB));
+  EXPECT_TRUE(t.Ready(after, kB));
+  EXPECT_TRUE(t.Complete(after));
+}
+
+TEST_F(StreamTrackerTest, QueriesOncePerCallWhileNotDone) {
+  StreamTracker t(driver_, 0);
+  t.Use(kA);
+  t.Use(kB);
+  const FreeTag tag = t.Released(kA);
+  t.NewCall();
+  const uint64_t queries = driver_.calls(DriverOp::kQueryEvent);
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(t.Ready(tag, kB));
+  EXPECT_EQ(driver_.calls(DriverOp::kQueryEvent), queries + 1);
+  t.NewCall();
+  EXPECT_FALSE(t.Ready(tag, kB));
+  EXPECT_EQ(driver_.calls(DriverOp::kQueryEvent), queries + 2);
+}
+
+TEST_F(StreamTrackerTest, WaitForAllSynchronisesOnlyWhenSomethingIsPending) {
+  StreamTracker t(driver_, 0);
+  t.Use(kA);
+  EXPECT_TRUE(t.WaitForAll().ok());
+  EXPECT_EQ(t.device_syncs(), 0u);  // nothing freed yet
+  const FreeTag tag = t.Released(kA);
+  EXPECT_FALSE(t.Complete(tag));
+  EXPECT_TRUE(t.WaitForAll().ok());
+  EXPECT_EQ(t.device_syncs(), 1u);
+  EXPECT_TRUE(t.Complete(tag));
+  EXPECT_TRUE(t.WaitForAll().ok());
+  EXPECT_EQ(t.device_syncs(), 1u);  // nothing new since
+  // A later free is a new epoch: not covered by the earlier wait.
+  const FreeTag later = t.Released(kA);
+  EXPECT_FALSE(t.Complete(later));
+}
+
+TEST_F(StreamTrackerTest, BoundedCheckpointsStillCoverEveryFree) {
+  StreamTracker t(driver_, 0);
+  t.Use(kA);
+  t.Use(kB);
+  std::vector<FreeTag> tags;
+  for (int i = 0; i < 50; ++i) tags.push_back(t.Released(kA));
+  t.NewCall();
+  for (const FreeTag& tag : tags) EXPECT_FALSE(t.Ready(tag, kB));
+  driver_.CompleteEvents();
+  t.NewCall();
+  for (const FreeTag& tag : tags) EXPECT_TRUE(t.Ready(tag, kB));
+}
+
+TEST_F(StreamTrackerTest, FailedEventRecordKeepsTheFreeUnreleased) {
+  StreamTracker t(driver_, 0);
+  t.Use(kA);
+  t.Use(kB);
+  driver_.InjectFailure(DriverOp::kRecordEvent, 1,
+                        InternalError("injected record failure"));
+  const FreeTag tag = t.Released(kA);
+  driver_.CompleteEvents();
+  t.NewCall();
+  EXPECT_FALSE(t.Ready(tag, kB));  // no event covers it: never assumed done
+  ASSERT_TRUE(t.WaitForAll().ok());  // the device-wide wait releases it
+  EXPECT_TRUE(t.Ready(tag, kB));
+}
+
+}  // namespace
+}  // namespace loom::vmm
