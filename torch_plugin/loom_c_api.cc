@@ -147,6 +147,53 @@ LOOM_EXPORT void loom_set_memory_fraction(double fraction, int device) {
   Guarded([&] { return Runtime::Get().SetMemoryFraction(fraction, device); });
 }
 
+namespace {
+
+loom::vmm::Allocator::PoolId AsPoolId(
+    std::pair<unsigned long long, unsigned long long> pool) {
+  return {pool.first, pool.second};
+}
+
+void ReportPoolFailure(const char* hook, int code) {
+  if (code != 0) {
+    fmt::print(stderr, "loom: {} failed: {}\n", hook,
+               loom::plugin::LastError());
+  }
+}
+
+}  // namespace
+
+LOOM_EXPORT void loom_begin_allocate_to_pool(
+    int device, std::pair<unsigned long long, unsigned long long> pool,
+    std::function<bool(CUstream_st*)> filter) {
+  ReportPoolFailure("begin_allocate_to_pool", Guarded([&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                          Runtime::Get().AllocatorFor(device));
+    auto stream_filter = [filter = std::move(filter)](loom::vmm::Stream s) {
+      return filter(reinterpret_cast<CUstream_st*>(s));
+    };
+    return a->BeginAllocateToPool(AsPoolId(pool), stream_filter);
+  }));
+}
+
+LOOM_EXPORT void loom_end_allocate_to_pool(
+    int device, std::pair<unsigned long long, unsigned long long> pool) {
+  ReportPoolFailure("end_allocate_to_pool", Guarded([&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                          Runtime::Get().AllocatorFor(device));
+    return a->EndAllocateToPool(AsPoolId(pool));
+  }));
+}
+
+LOOM_EXPORT void loom_release_pool(
+    int device, std::pair<unsigned long long, unsigned long long> pool) {
+  ReportPoolFailure("release_pool", Guarded([&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                          Runtime::Get().AllocatorFor(device));
+    return a->ReleasePool(AsPoolId(pool));
+  }));
+}
+
 LOOM_EXPORT void loom_iteration_begin(long long iteration) {
   Guarded([&] {
     Runtime::Get().IterationBegin(static_cast<uint64_t>(iteration));

@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 /* Settings, as "key=value" pairs separated by ';' (or newlines). Keys:
- *   backend=cuda|host|fake   driver backend (default cuda)
+ *   backend=cuda|host|async|fake   driver backend (default cuda)
  *   granularity=BYTES        host/fake granularity (default 2MiB)
  *   device_memory=BYTES      host/fake memory per device (default 80GiB)
  *   devices=N                host/fake device count (default 1)
@@ -32,6 +32,9 @@ extern "C" {
  *   fraction=X               cap as a fraction of device memory (0 = none)
  *   record=EVENTS            record a trace, buffer of EVENTS events (0 = off)
  *   plan=PATH                plan file installed on every device at first use
+ *   peers=auto|none          auto (default): every device that can access a
+ *                            device's memory (CUDA peer access) is granted
+ *                            access to all loom maps there
  * Must come before the first allocation; returns FAILED_PRECONDITION after.
  * Unknown keys and bad values are INVALID_ARGUMENT and change nothing. */
 int loom_configure(const char* settings);
@@ -56,6 +59,29 @@ void loom_free(void* ptr, ssize_t size, int device, void* stream);
 void loom_record_stream(void* ptr, void* stream);
 void loom_empty_cache(void);
 void loom_set_memory_fraction(double fraction, int device);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#include <functional>
+#include <utility>
+struct CUstream_st;
+extern "C" {
+/* CUDA graph capture: the hooks PyTorch's CUDAPluggableAllocator takes
+ * through set_begin_allocate_to_pool, set_end_allocate_to_pool_fn and
+ * set_release_pool, with PyTorch's C++ signatures (MempoolId_t is a pair of
+ * unsigned long long; the filter says which streams the pool serves). They
+ * have C linkage but C++ parameter types, so only PyTorch (C++, the same
+ * standard library) calls them. Failures are reported on stderr and in
+ * loom_last_error(); nothing is thrown. See vmm/allocator.h for what a pool
+ * means to loom. */
+void loom_begin_allocate_to_pool(
+    int device, std::pair<unsigned long long, unsigned long long> pool,
+    std::function<bool(CUstream_st*)> filter);
+void loom_end_allocate_to_pool(
+    int device, std::pair<unsigned long long, unsigned long long> pool);
+void loom_release_pool(int device,
+                       std::pair<unsigned long long, unsigned long long> pool);
+#endif
 
 /* Markers, for every device. */
 void loom_iteration_begin(long long iteration);

@@ -118,4 +118,45 @@ TEST_F(TorchMallocTest, LoomMallocStillReturnsNullWithoutThrowing) {
       << loom_last_error();
 }
 
+// CUDA graph capture through PyTorch's hook signatures: memory freed inside
+// a capture stays the pool's (the graph replays on it) until the pool is
+// released, and requests on other streams never get it meanwhile.
+TEST_F(TorchMallocTest, GraphPoolKeepsCaptureMemoryUntilReleased) {
+  using PoolHook = void (*)(int, std::pair<unsigned long long,
+                                           unsigned long long>,
+                            std::function<bool(CUstream_st*)>);
+  using PoolEnd =
+      void (*)(int, std::pair<unsigned long long, unsigned long long>);
+  PoolHook begin = &loom_begin_allocate_to_pool;
+  PoolEnd end = &loom_end_allocate_to_pool, release = &loom_release_pool;
+  auto* capture = reinterpret_cast<CUstream_st*>(0x7e57);
+  const std::pair<unsigned long long, unsigned long long> pool{1, 2};
+  begin(0, pool, [capture](CUstream_st* s) { return s == capture; });
+  void* graph = loom_malloc(4 * kMiB, 0, capture);
+  ASSERT_NE(graph, nullptr) << loom_last_error();
+  loom_free(graph, 4 * kMiB, 0, capture);
+  end(0, pool);
+  EXPECT_EQ(StatFromJson(Stats(), "loom.graph_pool_bytes"),
+            static_cast<uint64_t>(4 * kMiB));
+  // Eager code on the default stream: never the graph's memory.
+  void* eager = loom_malloc(4 * kMiB, 0, nullptr);
+  ASSERT_NE(eager, nullptr);
+  EXPECT_NE(eager, graph);
+  loom_free(eager, 4 * kMiB, 0, nullptr);
+  // A second capture into the same pool reuses the pool's own memory.
+  begin(0, pool, [capture](CUstream_st* s) { return s == capture; });
+  void* again = loom_malloc(3 * kMiB, 0, capture);
+  EXPECT_EQ(again, graph);
+  loom_free(again, 3 * kMiB, 0, capture);
+  end(0, pool);
+  release(0, pool);
+  EXPECT_EQ(StatFromJson(Stats(), "loom.graph_pool_bytes"), 0u);
+  EXPECT_EQ(loom_check_invariants(0), 0) << loom_last_error();
+  // Releasing an unknown pool is reported, not fatal.
+  release(0, {9, 9});
+  EXPECT_NE(std::string(loom_last_error()).find("unknown pool"),
+            std::string::npos)
+      << loom_last_error();
+}
+
 }  // namespace

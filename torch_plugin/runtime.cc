@@ -61,9 +61,10 @@ Status ParseSettings(std::string_view text, Settings& settings) {
     std::string_view key = TrimBlanks(item.substr(0, eq));
     std::string_view value = TrimBlanks(item.substr(eq + 1));
     if (key == "backend") {
-      if (value != "cuda" && value != "host" && value != "fake") {
-        return InvalidArgumentError("backend '{}' is not cuda, host or fake",
-                                    value);
+      if (value != "cuda" && value != "host" && value != "async" &&
+          value != "fake") {
+        return InvalidArgumentError(
+            "backend '{}' is not cuda, host, async or fake", value);
       }
       out.backend = std::string(value);
     } else if (key == "granularity") {
@@ -100,6 +101,12 @@ Status ParseSettings(std::string_view text, Settings& settings) {
       out.fraction = fraction;
     } else if (key == "plan") {
       out.plan = std::string(value);
+    } else if (key == "peers") {
+      if (value != "auto" && value != "none") {
+        return InvalidArgumentError("setting peers: '{}' is not auto or none",
+                                    value);
+      }
+      out.peers = std::string(value);
     } else {
       return InvalidArgumentError("unknown setting '{}'", key);
     }
@@ -125,12 +132,18 @@ Status Runtime::Configure(std::string_view text) {
 }
 
 StatusOr<vmm::Allocator*> Runtime::AllocatorFor(int device) {
+  // The hot path (every malloc and free): no process-wide lock once the
+  // device's allocator exists; the allocator has its own.
+  if (device >= 0 && device < kMaxDevices) {
+    vmm::Allocator* known = fast_[device].load(std::memory_order_acquire);
+    if (known != nullptr) return known;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   return AllocatorForLocked(device);
 }
 
 StatusOr<vmm::Allocator*> Runtime::AllocatorForLocked(int device) {
-  if (device < 0 || device >= 1024)
+  if (device < 0 || device >= kMaxDevices)
     return InvalidArgumentError("bad device {}", device);
   if (static_cast<size_t>(device) < allocators_.size() &&
       allocators_[device] != nullptr) {
@@ -148,6 +161,15 @@ StatusOr<vmm::Allocator*> Runtime::AllocatorForLocked(int device) {
   options.memory_cap_bytes = settings_.cap;
   options.memory_fraction = settings_.fraction;
   options.record_capacity = settings_.record;
+  if (settings_.peers == "auto") {
+    // Every device that can reach this one's memory gets access to it, as
+    // PyTorch enables peer access between devices that support it.
+    LOOM_ASSIGN_OR_RETURN(int count, driver_->DeviceCount());
+    for (int peer = 0; peer < count; ++peer) {
+      StatusOr<bool> can = driver_->CanAccessPeer(device, peer);
+      if (can.ok() && *can) options.peer_devices.push_back(peer);
+    }
+  }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<vmm::Allocator> allocator,
                         vmm::Allocator::Create(*driver_, options));
   if (!settings_.plan.empty()) {
@@ -168,6 +190,7 @@ StatusOr<vmm::Allocator*> Runtime::AllocatorForLocked(int device) {
     allocators_.resize(device + 1);
   }
   allocators_[device] = std::move(allocator);
+  fast_[device].store(allocators_[device].get(), std::memory_order_release);
   return allocators_[device].get();
 }
 
@@ -308,6 +331,9 @@ Status Runtime::Shutdown() {
           "cannot shut down: {} bytes still allocated",
           a->stats().active_bytes.current);
     }
+  }
+  for (std::atomic<vmm::Allocator*>& a : fast_) {
+    a.store(nullptr, std::memory_order_release);
   }
   allocators_.clear();
   driver_.reset();

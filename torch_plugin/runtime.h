@@ -3,10 +3,14 @@
 // Holds the settings, the one Driver of the process and one Allocator per
 // device (created on the device's first use). Parses settings strings,
 // converts failures into status codes plus a per-thread message, and turns
-// plan files into the allocator's RuntimePlan. Thread-safe.
+// plan files into the allocator's RuntimePlan. Thread-safe: a process-wide
+// mutex guards configuration and creation; malloc and free find their
+// device's allocator without it (each allocator has its own lock).
 #ifndef LOOM_TORCH_PLUGIN_RUNTIME_H_
 #define LOOM_TORCH_PLUGIN_RUNTIME_H_
 
+#include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +32,7 @@ struct Settings {
   double fraction = 0;
   uint64_t record = 0;
   std::string plan;
+  std::string peers = "auto";  // auto: every device that can access; none
 };
 
 // Parses "key=value;key=value" into `settings` (starting from its values).
@@ -71,7 +76,11 @@ class Runtime {
     std::vector<std::pair<std::string, bool>> modules;  // open, outermost first
   };
 
+  static constexpr int kMaxDevices = 1024;
   std::mutex mu_;
+  // Allocators by device for the lock-free lookup of AllocatorFor (set once
+  // created, cleared by Shutdown, which requires nothing live).
+  std::array<std::atomic<vmm::Allocator*>, kMaxDevices> fast_{};
   Settings settings_;
   MarkerState markers_;
   std::unique_ptr<vmm::Driver> driver_;

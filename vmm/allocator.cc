@@ -36,6 +36,14 @@ StatusOr<std::unique_ptr<Allocator>> Allocator::Create(
       return InvalidArgumentError("memory cap below one granule ({} bytes)", g);
     }
   }
+  for (int peer : options.peer_devices) {
+    StatusOr<bool> can = driver.CanAccessPeer(options.device, peer);
+    if (!can.ok()) return can.status().WithContext("peer devices");
+    if (!*can) {
+      return InvalidArgumentError("device {} cannot access device {}'s memory",
+                                  peer, options.device);
+    }
+  }
   uint64_t arena = options.arena_va_bytes;
   if (arena == 0) arena = RoundUp(2 * std::max(props.total_bytes, g), g);
   if (arena % g != 0) {
@@ -52,7 +60,8 @@ Allocator::Allocator(Driver& driver, AllocatorOptions options,
     : driver_(driver),
       options_(options),
       granularity_(granularity),
-      pool_(driver, options.device, granularity, cap_bytes),
+      pool_(driver, options.device, granularity, cap_bytes,
+            options.peer_devices),
       tracker_(driver, options.device) {}
 
 Status Allocator::Init(uint64_t arena_va_bytes) {

@@ -66,6 +66,9 @@ struct AllocatorOptions {
   // Record every request and marker as a trace, in a buffer preallocated for
   // this many events (0 = do not record).
   size_t record_capacity = 0;
+  // Other devices granted access to everything this allocator maps (CUDA
+  // peer access; each must be able to access the device).
+  std::vector<int> peer_devices;
 };
 
 // One piece of physical memory behind a live allocation.

@@ -203,7 +203,7 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
   if (placed.ok() && !fresh.empty()) {
     placed = driver_.SetAccess(
         base_ + fresh.front() * granularity_,
-        (fresh.back() - fresh.front() + 1) * granularity_, device_);
+        (fresh.back() - fresh.front() + 1) * granularity_, device_, pool_.peers());
   }
   placing_first_ = placing_last_ = kNoPlace;
   if (!placed.ok()) {

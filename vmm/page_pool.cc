@@ -17,11 +17,12 @@ void AddFence(Page& page, uint32_t lo, uint32_t hi, const FreeTag& tag) {
 }
 
 PagePool::PagePool(Driver& driver, int device, uint64_t granularity,
-                   uint64_t cap_bytes)
+                   uint64_t cap_bytes, std::vector<int> peers)
     : driver_(driver),
       device_(device),
       granularity_(granularity),
-      cap_bytes_(cap_bytes) {
+      cap_bytes_(cap_bytes),
+      peers_(std::move(peers)) {
   LOOM_CHECK(granularity_ > 0);
 }
 

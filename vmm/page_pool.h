@@ -53,9 +53,10 @@ void AddFence(Page& page, uint32_t lo, uint32_t hi, const FreeTag& tag);
 
 class PagePool {
  public:
-  // REQUIRES: granularity is the device's minimum granularity.
+  // REQUIRES: granularity is the device's minimum granularity. `peers`:
+  // the other devices that get access wherever the pages are mapped.
   PagePool(Driver& driver, int device, uint64_t granularity,
-           uint64_t cap_bytes);
+           uint64_t cap_bytes, std::vector<int> peers = {});
   // Releases every page. REQUIRES: no page is mapped.
   ~PagePool();
   PagePool(const PagePool&) = delete;
@@ -76,6 +77,8 @@ class PagePool {
   void ResetPeak() { peak_pages_ = live_pages_; }
   uint64_t granularity() const { return granularity_; }
   uint64_t cap_bytes() const { return cap_bytes_; }
+  int device() const { return device_; }
+  const std::vector<int>& peers() const { return peers_; }
   // Pages created and released over the pool's life.
   uint64_t creates() const { return creates_; }
   uint64_t releases() const { return releases_; }
@@ -85,6 +88,7 @@ class PagePool {
   const int device_;
   const uint64_t granularity_;
   const uint64_t cap_bytes_;  // 0 = no cap
+  const std::vector<int> peers_;
   std::vector<Page> pages_;
   std::vector<PageId> free_ids_;  // released slots to reuse
   size_t live_pages_ = 0;

@@ -43,7 +43,8 @@ StatusOr<std::unique_ptr<StaticRegion>> StaticRegion::Create(
     page.static_granule = i;
     region->granules_[i].page = pages[i];
   }
-  LOOM_RETURN_IF_ERROR(driver.SetAccess(base, plan.region_bytes, device));
+  LOOM_RETURN_IF_ERROR(
+      driver.SetAccess(base, plan.region_bytes, device, pool.peers()));
   // The planned schedule of every granule.
   auto touch = [&](const PlannedRequest& r, auto&& visit) {
     if (r.offset == kUnplanned) return;
