@@ -261,8 +261,17 @@ bool Allocator::BytesReadySlow(Page& page, uint32_t lo, uint32_t hi,
   return true;
 }
 
+void Allocator::FenceEveryPage(const std::vector<FreeTag>& tags) {
+  const uint32_t g = static_cast<uint32_t>(granularity_);
+  for (PageId id = 0; id < pool_.slots(); ++id) {
+    Page& page = pool_.page(id);
+    if (!page.live) continue;
+    for (const FreeTag& tag : tags) AddFence(page, 0, g, tag);
+  }
+}
+
 Status Allocator::DrainPages(const std::vector<PageId>& pages) {
-  bool pending = false;
+  bool pending = tracker_.NeedsWaitForUnmap();
   for (PageId id : pages) {
     for (const Fence& f : pool_.page(id).fences) {
       pending |= !tracker_.Complete(f.tag);
@@ -377,7 +386,7 @@ StatusOr<PageId> Allocator::Acquire(uint32_t lo, uint32_t hi, Stream stream,
 StatusOr<DevicePtr> Allocator::Allocate(uint64_t size, Stream stream) {
   std::lock_guard<FutexMutex> lock(mu_);
   tracker_.NewCall();
-  tracker_.Use(stream);
+  UseStream(stream);
   return AllocateLocked(size, stream);
 }
 
@@ -389,19 +398,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
   }
   if (!pending_.empty()) ProcessPendingFrees();
   if (open_pools_ > 0) {
-    if (GraphPool* pool = PoolFor(stream)) {
-      uint64_t block = 0;
-      LOOM_ASSIGN_OR_RETURN(DevicePtr ptr,
-                            AllocateInPool(*pool, size, stream, &block));
-      Allocation a{size, stream, Where::kArena, 0, pool, block};
-      live_.Insert(ptr, a);
-      ++pool->live;
-      stats_.allocated_bytes.Increase(size);
-      stats_.active_bytes.Increase(size);
-      stats_.allocation.Increase(1);
-      stats_.dynamic_bytes.Increase(size);
-      return ptr;
-    }
+    if (GraphPool* pool = PoolFor(stream)) return AllocatePooled(*pool, size, stream);
   }
   const uint64_t request_id = next_request_id_++;
   if (recording_) {
@@ -428,10 +425,16 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     } else {
       std::optional<DevicePtr> planned = TryStatic(*match.entry, size, stream);
       if (planned.has_value()) {
+        // The hot path: a hit, recorded without going through a StatusOr.
         ++stats_.plan_hits;
         ++iteration_hits_;
-        ptr = *planned;
-        where = Where::kStatic;
+        live_.Insert(*planned,
+                     Allocation{size, stream, Where::kStatic, false, request_id});
+        stats_.allocated_bytes.Increase(size);
+        stats_.active_bytes.Increase(size);
+        stats_.allocation.Increase(1);
+        stats_.static_bytes.Increase(size);
+        return *planned;
       } else {
         ++stats_.plan_misses;
         ++iteration_misses_;
@@ -447,7 +450,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     ptr = AllocateInArena(size, stream, -1);
   }
   if (!ptr.ok()) return ptr.status();
-  live_.Insert(*ptr, Allocation{size, stream, where, request_id});
+  live_.Insert(*ptr, Allocation{size, stream, where, false, request_id});
   stats_.allocated_bytes.Increase(size);
   stats_.active_bytes.Increase(size);
   stats_.allocation.Increase(1);
@@ -498,13 +501,12 @@ Status Allocator::Free(DevicePtr ptr) {
     return InvalidArgumentError(
         "free of {:#x}, which is not a live loom allocation", ptr);
   }
-  if (recording_ && allocation.pool == nullptr) {  // pool requests: not
+  if (recording_ && !allocation.in_pool) {  // pool requests: not
     Record(plan::Event::Free(allocation.request_id, allocation.stream,
                              static_cast<int16_t>(options_.device)));
   }
   stats_.allocated_bytes.Decrease(allocation.size);
   stats_.allocation.Decrease(1);
-  tracker_.NewCall();
   const FreeTag tag = tracker_.Released(allocation.stream);
   auto extra =
       extra_streams_.empty() ? extra_streams_.end() : extra_streams_.find(ptr);
@@ -536,16 +538,21 @@ Status Allocator::Free(DevicePtr ptr) {
 void Allocator::FinishFree(DevicePtr ptr, const Allocation& allocation,
                            const FreeTag& tag) {
   stats_.active_bytes.Decrease(allocation.size);
-  if (GraphPool* pool = allocation.pool) {
+  if (allocation.in_pool) {
+    auto it = pool_allocations_.find(ptr);
+    LOOM_CHECK(it != pool_allocations_.end(), "pool allocation {:#x} unknown",
+               ptr);
+    const PoolAllocation p = it->second;
+    pool_allocations_.erase(it);
     stats_.dynamic_bytes.Decrease(allocation.size);
-    --pool->live;
-    if (!pool->released) {
+    --p.pool->live;
+    if (!p.pool->released) {
       // The graph replays on this memory: it stays the pool's.
-      pool->free_blocks.emplace_back(ptr, allocation.block);
-      stats_.graph_pool_bytes += allocation.block;
+      p.pool->free_blocks.emplace_back(ptr, p.block);
+      stats_.graph_pool_bytes += p.block;
     } else {
-      ReturnPoolBlock(ptr, allocation.block);
-      ForgetPoolIfDone(pool);
+      ReturnPoolBlock(ptr, p.block);
+      ForgetPoolIfDone(p.pool);
     }
     return;
   }
@@ -588,7 +595,7 @@ Status Allocator::RecordStream(DevicePtr ptr, Stream stream) {
         "record_stream on {:#x}, which is not a live loom allocation", ptr);
   }
   if (stream == found->stream) return OkStatus();
-  tracker_.Use(stream);
+  UseStream(stream);
   std::vector<Stream>& streams = extra_streams_[ptr];
   if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
     streams.push_back(stream);
@@ -721,6 +728,21 @@ Allocator::GraphPool* Allocator::PoolFor(Stream stream) const {
     if (pool->open && pool->filter(stream)) return pool.get();
   }
   return nullptr;
+}
+
+StatusOr<DevicePtr> Allocator::AllocatePooled(GraphPool& pool, uint64_t size,
+                                              Stream stream) {
+  uint64_t block = 0;
+  LOOM_ASSIGN_OR_RETURN(DevicePtr ptr,
+                        AllocateInPool(pool, size, stream, &block));
+  live_.Insert(ptr, Allocation{size, stream, Where::kArena, true, 0});
+  pool_allocations_[ptr] = PoolAllocation{&pool, block};
+  ++pool.live;
+  stats_.allocated_bytes.Increase(size);
+  stats_.active_bytes.Increase(size);
+  stats_.allocation.Increase(1);
+  stats_.dynamic_bytes.Increase(size);
+  return ptr;
 }
 
 StatusOr<DevicePtr> Allocator::AllocateInPool(GraphPool& pool, uint64_t size,

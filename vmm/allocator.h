@@ -159,9 +159,14 @@ class Allocator : public Arena::PagePolicy {
     uint64_t size = 0;
     Stream stream = 0;
     Where where = Where::kArena;
+    bool in_pool = false;  // a graph pool's: see pool_allocations_
     uint64_t request_id = 0;
-    GraphPool* pool = nullptr;  // a graph pool's (arena) allocation
-    uint64_t block = 0;         // pool allocations: the arena block's size
+  };
+  // What a graph pool's allocation is (kept apart: rare, and the live set's
+  // entries stay small).
+  struct PoolAllocation {
+    GraphPool* pool = nullptr;
+    uint64_t block = 0;  // the arena block's size (>= the request)
   };
   // A graph's private memory (see BeginAllocateToPool).
   struct GraphPool {
@@ -199,6 +204,11 @@ class Allocator : public Arena::PagePolicy {
                                       int64_t until);
   // The open pool whose filter accepts `stream`, or null.
   GraphPool* PoolFor(Stream stream) const;
+  // A request of an open graph pool, recorded as live (kept out of the hot
+  // path's code).
+  [[gnu::noinline]] StatusOr<DevicePtr> AllocatePooled(GraphPool& pool,
+                                                       uint64_t size,
+                                                       Stream stream);
   // Serves a pool request: one of its free blocks, or a new arena block.
   StatusOr<DevicePtr> AllocateInPool(GraphPool& pool, uint64_t size,
                                      Stream stream, uint64_t* block);
@@ -218,6 +228,13 @@ class Allocator : public Arena::PagePolicy {
   // Before `pages` are unmapped or remapped: waits until no queued work may
   // still touch them (every fence complete), then forgets their fences.
   Status DrainPages(const std::vector<PageId>& pages);
+  // A stream is used by a request: on the switch to several streams, fences
+  // every page with what the first stream freed so far.
+  void UseStream(Stream stream) {
+    std::vector<FreeTag> closing = tracker_.Use(stream);
+    if (!closing.empty()) FenceEveryPage(closing);
+  }
+  void FenceEveryPage(const std::vector<FreeTag>& tags);
   StatusOr<Event> TakeEvent();
   void ReturnEvent(Event event);
   void Record(const plan::Event& event);
@@ -242,6 +259,7 @@ class Allocator : public Arena::PagePolicy {
   StreamTracker tracker_;
   std::vector<PageId> preferred_pages_;                 // per call
   std::vector<std::unique_ptr<GraphPool>> pools_;
+  std::unordered_map<DevicePtr, PoolAllocation> pool_allocations_;
   size_t open_pools_ = 0;
   std::vector<std::string> dynamic_modules_;            // open dynamic modules
   const DynamicWindow* window_ = nullptr;               // of the innermost one

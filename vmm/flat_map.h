@@ -36,7 +36,7 @@ class FlatMap {
   }
 
   // Inserts `key` (REQUIRES: non-zero and not present).
-  void Insert(uint64_t key, Value value) {
+  [[gnu::always_inline]] void Insert(uint64_t key, Value value) {
     LOOM_CHECK(key != 0);
     if (2 * (size_ + 1) > slots_.size()) Grow();
     size_t i = Home(key);

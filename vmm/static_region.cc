@@ -163,7 +163,7 @@ void StaticRegion::Release(uint64_t offset, uint64_t size, const FreeTag& tag) {
     Page& page = pool_.page(granule.page);
     LOOM_CHECK(page.static_users > 0);
     --page.static_users;
-    AddFence(page, lo, hi, tag);
+    if (tag.epoch != 0) AddFence(page, lo, hi, tag);
   }
   occupied_bytes_ -= size;
 }

@@ -24,24 +24,39 @@ StreamTracker::StreamState& StreamTracker::State(Stream stream) {
   return streams_.back();
 }
 
-void StreamTracker::Use(Stream stream) {
+std::vector<FreeTag> StreamTracker::UseSlow(Stream stream) {
   const size_t before = streams_.size();
   State(stream);
-  if (multi_stream_ || streams_.size() < 2 || streams_.size() == before) return;
+  if (multi_stream_ || streams_.size() < 2 || streams_.size() == before) {
+    return {};
+  }
   // A second stream: from now on frees record events, and what was freed
   // before on the other streams is closed by a checkpoint now.
   multi_stream_ = true;
+  std::vector<FreeTag> closing;
   for (StreamState& s : streams_) {
-    if (s.dirty) Close(s);
+    if (!s.dirty) continue;
+    closing.push_back(FreeTag{s.stream, s.open});
+    Close(s);
   }
+  return closing;
 }
 
-FreeTag StreamTracker::Released(Stream stream) {
+FreeTag StreamTracker::ReleasedSlow(Stream stream) {
   StreamState& s = State(stream);
-  const FreeTag tag{stream, s.open};
   s.dirty = true;
-  if (multi_stream_) Close(s);
+  if (!multi_stream_) return FreeTag{stream, 0};
+  const FreeTag tag{stream, s.open};
+  Close(s);
   return tag;
+}
+
+bool StreamTracker::NeedsWaitForUnmap() const {
+  if (multi_stream_) return false;  // fences describe everything
+  for (const StreamState& s : streams_) {
+    if (s.dirty) return true;
+  }
+  return false;
 }
 
 std::vector<FreeTag> StreamTracker::ReleasedEverywhere() {

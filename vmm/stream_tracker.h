@@ -6,14 +6,18 @@
 // another stream, and any unmap or remap of the memory, must wait until the
 // work S had queued at the free has completed.
 //
-// Each free gets a FreeTag (S, e): e is S's current epoch. While the device
-// has seen one stream only, frees record nothing (no other stream can reuse
-// the memory: a single-stream training loop pays no event per free). From
-// the moment a second stream appears, every free records an event on its
-// stream at free time (a checkpoint closing epoch e, so the memory of a free
-// is released by an event recorded right after it, while the stream is
-// known to exist), and the open epochs of the streams seen before are closed
-// by a checkpoint then. Tag (S, e) is complete once a checkpoint of S with
+// While the device has seen one stream only, a free gets the tag (S, 0):
+// nothing for another stream to wait for, since there is none, and nothing
+// for the allocator to fence per page (a single-stream training loop pays
+// neither an event nor any bookkeeping per free); the tracker only notes
+// that S has freed since the last device-wide wait, which unmapping must
+// still do first (NeedsWaitForUnmap). When a second stream appears, the
+// open epoch of the first is closed by a checkpoint event and Use() returns
+// that tag: the allocator then fences every page with it, since any of them
+// may hold bytes freed before. From then on each free gets the tag (S, e),
+// e being S's current epoch, and records an event on S at the free (a
+// checkpoint closing e, so the memory of a free is released by an event
+// recorded right after it, while the stream is known to exist). Tag (S, e) is complete once a checkpoint of S with
 // epoch >= e has completed (CUDA completes a stream's events in order).
 // Nothing is ever inferred from an event recorded later than the free, so a
 // busy stream still has its frees released once the work before them is
@@ -49,10 +53,21 @@ class StreamTracker {
   StreamTracker& operator=(const StreamTracker&) = delete;
 
   // `stream` is used by a request now (an allocation, or record_stream): the
-  // first use of a second stream switches to recording events at frees.
-  void Use(Stream stream);
+  // first use of a second stream switches to recording events at frees. On
+  // that switch, returns the tags closing what the streams seen before
+  // freed (to fence every page with); otherwise nothing.
+  std::vector<FreeTag> Use(Stream stream) {
+    if (streams_.size() == 1 && streams_[0].stream == stream) return {};
+    return UseSlow(stream);
+  }
   // The tag of bytes freed on `stream` now.
-  FreeTag Released(Stream stream);
+  FreeTag Released(Stream stream) {
+    if (!multi_stream_ && !streams_.empty() && streams_[0].stream == stream) {
+      streams_[0].dirty = true;  // the single-stream hot path
+      return FreeTag{stream, 0};
+    }
+    return ReleasedSlow(stream);
+  }
   // Tags of bytes released now with respect to every stream seen: another
   // stream may use them once all the others' work before now is done (for
   // memory a CUDA graph may have used on any stream).
@@ -69,6 +84,10 @@ class StreamTracker {
   Status WaitForAll();
   // Starts a new allocator call: event queries may be asked again.
   void NewCall() { ++call_; }
+  // True when memory freed so far may still be in use by queued work that no
+  // per-page fence describes (frees of the single-stream mode since the last
+  // device-wide wait): unmapping must WaitForAll first.
+  bool NeedsWaitForUnmap() const;
 
   bool multi_stream() const { return multi_stream_; }
   uint64_t events_recorded() const { return events_recorded_; }
@@ -89,6 +108,8 @@ class StreamTracker {
   };
 
   StreamState& State(Stream stream);
+  std::vector<FreeTag> UseSlow(Stream stream);
+  FreeTag ReleasedSlow(Stream stream);
   // Records a checkpoint closing `s`'s open epoch. On failure, the epoch
   // stays open (only WaitForAll can complete it).
   void Close(StreamState& s);

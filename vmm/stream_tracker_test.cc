@@ -18,23 +18,34 @@ class StreamTrackerTest : public ::testing::Test {
   FakeDriver driver_;
 };
 
-TEST_F(StreamTrackerTest, OneStreamRecordsNoEvents) {
+TEST_F(StreamTrackerTest, OneStreamRecordsNoEventsAndNoFences) {
   StreamTracker t(driver_, 0);
-  t.Use(kA);
+  EXPECT_TRUE(t.Use(kA).empty());
   for (int i = 0; i < 100; ++i) {
     const FreeTag tag = t.Released(kA);
-    EXPECT_TRUE(t.Ready(tag, kA));  // stream order
+    EXPECT_EQ(tag.epoch, 0u);  // nothing to fence per page
+    EXPECT_TRUE(t.Ready(tag, kA));
   }
   EXPECT_FALSE(t.multi_stream());
   EXPECT_EQ(driver_.calls(DriverOp::kRecordEvent), 0u);
+  // But unmapping must wait: those frees' kernels may still be queued.
+  EXPECT_TRUE(t.NeedsWaitForUnmap());
+  ASSERT_TRUE(t.WaitForAll().ok());
+  EXPECT_FALSE(t.NeedsWaitForUnmap());
 }
 
 TEST_F(StreamTrackerTest, OtherStreamWaitsForTheEventOfTheFree) {
   StreamTracker t(driver_, 0);
   t.Use(kA);
-  const FreeTag before = t.Released(kA);  // single-stream: no event yet
-  t.Use(kB);  // the second stream closes A's open epoch with a checkpoint
+  t.Released(kA);  // single-stream: no event, no fence
+  // The second stream closes A's open epoch with a checkpoint, and returns
+  // its tag: the allocator fences every page with it.
+  std::vector<FreeTag> closing = t.Use(kB);
+  ASSERT_EQ(closing.size(), 1u);
+  const FreeTag before = closing[0];
+  EXPECT_EQ(before.stream, kA);
   EXPECT_TRUE(t.multi_stream());
+  EXPECT_FALSE(t.NeedsWaitForUnmap());  // fences describe it now
   EXPECT_EQ(driver_.calls(DriverOp::kRecordEvent), 1u);
   const FreeTag after = t.Released(kA);  // recorded at the free
   EXPECT_EQ(driver_.calls(DriverOp::kRecordEvent), 2u);
@@ -66,9 +77,11 @@ TEST_F(StreamTrackerTest, QueriesOncePerCallWhileNotDone) {
 TEST_F(StreamTrackerTest, WaitForAllSynchronisesOnlyWhenSomethingIsPending) {
   StreamTracker t(driver_, 0);
   t.Use(kA);
+  t.Use(kB);
   EXPECT_TRUE(t.WaitForAll().ok());
   EXPECT_EQ(t.device_syncs(), 0u);  // nothing freed yet
-  const FreeTag tag = t.Released(kA);
+  driver_.InjectFailure(DriverOp::kRecordEvent, 1, InternalError("no event"));
+  const FreeTag tag = t.Released(kA);  // no event covers it
   EXPECT_FALSE(t.Complete(tag));
   EXPECT_TRUE(t.WaitForAll().ok());
   EXPECT_EQ(t.device_syncs(), 1u);
@@ -77,6 +90,7 @@ TEST_F(StreamTrackerTest, WaitForAllSynchronisesOnlyWhenSomethingIsPending) {
   EXPECT_EQ(t.device_syncs(), 1u);  // nothing new since
   // A later free is a new epoch: not covered by the earlier wait.
   const FreeTag later = t.Released(kA);
+  t.NewCall();
   EXPECT_FALSE(t.Complete(later));
 }
 
