@@ -259,14 +259,25 @@ Status AsyncHostDriver::DoUnmap(DevicePtr ptr, uint64_t size) {
   std::unique_lock<std::shared_mutex> memory(memory_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    StatusOr<std::vector<PhysicalRange>> physical =
-        TranslateLocked(ptr, size, /*need_access=*/false);
-    if (physical.ok()) {
-      std::string user = UserOfLocked(*physical, 0, /*any_stream=*/true);
-      if (!user.empty()) {
-        FaultLocked(fmt::format("unmap of [{:#x}, +{}) while {} still uses it",
-                                ptr, size, user));
+    // A kernel that will access these addresses (another mapping of the
+    // same bytes stays valid: unmapping one address range leaves it alone).
+    std::string user;
+    for (const auto& [stream, state] : streams_) {
+      for (const Item& item : state->queue) {
+        if (item.kind != Item::Kind::kKernel || !user.empty()) continue;
+        for (const KernelAccess& a : item.kernel.accesses) {
+          if (Overlaps(a.ptr, a.ptr + a.size, ptr, ptr + size)) {
+            user = fmt::format(
+                "kernel {} queued on stream {:#x} (access [{:#x}, +{}))",
+                item.id, stream, a.ptr, a.size);
+            break;
+          }
+        }
       }
+    }
+    if (!user.empty()) {
+      FaultLocked(fmt::format("unmap of [{:#x}, +{}) while {} still uses it",
+                              ptr, size, user));
     }
   }
   LOOM_RETURN_IF_ERROR(HostDriver::DoUnmap(ptr, size));

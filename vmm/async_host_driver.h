@@ -14,8 +14,9 @@
 //    SynchronizeDevice wait or answer accordingly; StreamWaitEvent makes the
 //    stream's later work wait for the event's;
 //  - faults, reported (counted, described) instead of crashing:
-//    * Unmap of a range whose physical bytes a queued or running kernel will
-//      touch (through this or any other mapping of them);
+//    * Unmap of an address range a queued or running kernel will access
+//      (unmapping one range leaves other mappings of the same bytes valid,
+//      as on a GPU);
 //    * a kernel that finds one of its ranges no longer mapped to the bytes
 //      it was launched on (it is skipped, so nothing is touched);
 //    * CheckHandOut(ptr, size, stream): bytes handed to `stream` while a

@@ -171,7 +171,16 @@ TEST_F(AsyncHostDriverTest, HandOutToAnotherStreamWhileInUseIsAFault) {
   EXPECT_EQ(driver_->counters().faults, 1u);
   ASSERT_TRUE(driver_->SynchronizeStream(a).ok());
   EXPECT_TRUE(driver_->CheckHandOut(reservation + kG, 8192, b));
+  // Unmapping one address range of the bytes leaves the other mapping, and
+  // the kernels that use it, alone: not a fault.
+  Kernel later;
+  later.accesses = {{va, 64}};
+  later.delay = microseconds(10000);
+  ASSERT_TRUE(driver_->Launch(a, std::move(later)).ok());
   ASSERT_TRUE(driver_->Unmap(reservation + kG, kG).ok());
+  ASSERT_TRUE(driver_->SynchronizeStream(a).ok());
+  EXPECT_EQ(driver_->counters().faults, 1u);
+  EXPECT_EQ(driver_->counters().kernels_skipped, 0u);
   ASSERT_TRUE(driver_->DestroyStream(a).ok());
   ASSERT_TRUE(driver_->DestroyStream(b).ok());
   Unwind(va, h);
