@@ -30,6 +30,9 @@
 // segment counts cudaMalloc segments only, num_device_alloc/free count
 // cudaMalloc/cudaFree and map_block/unmap_block calls.
 //
+// Blocks, free sets, splits and merges, the oversize rules and the release
+// of cached segments are the shared BlockPool (block_pool.h).
+//
 // Invariants (CheckInvariants): blocks of a segment tile it exactly, linked
 // by prev/next in address order; no two adjacent free blocks with the same
 // mapped state; free mapped blocks are exactly the pool's cached blocks;
@@ -43,10 +46,9 @@
 #include <set>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
+#include "whatif/sim/block_pool.h"
 #include "whatif/sim/caching_config.h"
 #include "whatif/sim/device.h"
 #include "whatif/sim/expandable_segment.h"
@@ -75,7 +77,7 @@ class CachingAllocator final : public SimAllocator {
   };
 
   CachingAllocator(const CachingConfig& config, const SimOptions& options);
-  ~CachingAllocator() override;
+  ~CachingAllocator() override = default;
 
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -98,59 +100,40 @@ class CachingAllocator final : public SimAllocator {
   const SimDevice& device() const { return device_; }
 
  private:
-  struct BlockPool;
-  struct Block {
-    uint64_t stream = 0;
-    uint64_t size = 0;
-    uint64_t requested_size = 0;
-    uint64_t ptr = 0;
-    BlockPool* pool = nullptr;
-    Block* prev = nullptr;
-    Block* next = nullptr;
+  struct Block : PoolBlock<Block> {
     ExpandableSegment* expandable = nullptr;
-    bool allocated = false;
-    bool mapped = true;
-    bool is_split() const { return prev != nullptr || next != nullptr; }
-  };
-  struct BySize {
-    bool operator()(const Block* a, const Block* b) const;
+    bool mapped = true;  // false: unmapped range of an expandable segment
   };
   struct ByAddress {
     bool operator()(const Block* a, const Block* b) const;
   };
-  struct BlockPool {
-    explicit BlockPool(bool small) : is_small(small) {}
-    std::set<Block*, BySize> blocks;       // free, mapped
-    std::set<Block*, ByAddress> unmapped;  // expandable: unmapped ranges
-    const bool is_small;
-  };
+  // Unmapped ranges of expandable segments, free and by (stream, address).
+  using UnmappedSet = std::set<Block*, ByAddress>;
   struct AllocParams {
     uint64_t stream = 0;
     uint64_t size = 0;        // rounded request
     uint64_t alloc_size = 0;  // segment size if a new one is needed
-    BlockPool* pool = nullptr;
-    Block* block = nullptr;  // the block found or created
+    bool small = false;       // pool
+    Block* block = nullptr;   // the block found or created
   };
 
-  Block* NewBlock(uint64_t stream, uint64_t size, BlockPool* pool,
-                  uint64_t ptr);
-  void DeleteBlock(Block* block);
-
   bool GetFreeBlock(AllocParams& p);
-  bool ShouldSplit(const Block* block, uint64_t size) const;
   Block* AllocFoundBlock(AllocParams& p, uint64_t orig_size, bool split);
   void FreeBlock(Block* block);
-  uint64_t TryMergeBlocks(Block* dst, Block* src, BlockPool& pool);
+  uint64_t TryMergeBlocks(Block* dst, Block* src);
   bool AllocBlock(AllocParams& p, bool is_retry);
-  bool ReleaseAvailableCachedBlocks(const AllocParams& p);
   void ReleaseCachedBlocks();
-  void ReleaseBlocks(BlockPool& pool);
   void ReleaseBlock(Block* block);
 
   // Expandable segments (caching_allocator_expandable.cc).
-  Block* TryAllocateExpandableBlock(uint64_t stream, BlockPool* pool,
-                                    uint64_t size);
-  Block* FindExpandableBlock(uint64_t stream, BlockPool* pool, uint64_t size);
+  UnmappedSet& unmapped(bool small) {
+    return small ? small_unmapped_ : large_unmapped_;
+  }
+  const UnmappedSet& unmapped(bool small) const {
+    return small ? small_unmapped_ : large_unmapped_;
+  }
+  Block* TryAllocateExpandableBlock(uint64_t stream, bool small, uint64_t size);
+  Block* FindExpandableBlock(uint64_t stream, bool small, uint64_t size);
   bool MapBlock(Block* to_map, uint64_t size);
   void UnmapBlock(Block* block);
   void ReleaseExpandableSegment(Block* block);
@@ -161,10 +144,9 @@ class CachingAllocator final : public SimAllocator {
   CachingConfig config_;
   SimDevice device_;
   MemoryStats stats_;
-  BlockPool large_blocks_{false};
-  BlockPool small_blocks_{true};
-  std::unordered_map<uint64_t, Block*> allocated_blocks_;  // by address
-  std::unordered_set<Block*> all_blocks_;                  // owns them
+  BlockPool<Block> blocks_;  // after stats_, which it updates
+  UnmappedSet small_unmapped_;
+  UnmappedSet large_unmapped_;
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
   uint64_t total_allocated_memory_ = 0;  // == reserved_bytes.all.current
 };

@@ -5,14 +5,14 @@
 #include <map>
 #include <vector>
 
-#include "whatif/sim/caching_allocator.h"
 #include "base/check.h"
+#include "whatif/sim/caching_allocator.h"
 
 namespace loom::whatif {
 
 CachingAllocator::Block* CachingAllocator::TryAllocateExpandableBlock(
-    uint64_t stream, BlockPool* pool, uint64_t size) {
-  Block* candidate = FindExpandableBlock(stream, pool, size);
+    uint64_t stream, bool small, uint64_t size) {
+  Block* candidate = FindExpandableBlock(stream, small, size);
   if (candidate == nullptr) return nullptr;  // address space exhausted
   // candidate is a run of free/unmapped blocks with at least `size` bytes:
   //   unmapped -> null | unmapped -> free -> * | free -> unmapped -> *
@@ -29,12 +29,12 @@ CachingAllocator::Block* CachingAllocator::TryAllocateExpandableBlock(
     if (!MapBlock(next, std::min(remaining, next->size))) return nullptr;
     candidate = next;  // MapBlock merged the old candidate into it
   }
-  LOOM_CHECK_EQ(pool->blocks.erase(candidate), size_t{1});
+  blocks_.RemoveFree(candidate);
   return candidate;
 }
 
 CachingAllocator::Block* CachingAllocator::FindExpandableBlock(uint64_t stream,
-                                                               BlockPool* pool,
+                                                               bool small,
                                                                uint64_t size) {
   auto allocatable = [](const Block* b) {
     return b != nullptr && !b->allocated;
@@ -47,27 +47,29 @@ CachingAllocator::Block* CachingAllocator::FindExpandableBlock(uint64_t stream,
     }
     return bytes >= size;
   };
+  UnmappedSet& ranges = unmapped(small);
   Block key;
   key.stream = stream;
   key.ptr = 0;
-  for (auto it = pool->unmapped.lower_bound(&key);
-       it != pool->unmapped.end() && (*it)->stream == stream; ++it) {
+  for (auto it = ranges.lower_bound(&key);
+       it != ranges.end() && (*it)->stream == stream; ++it) {
     Block* c = *it;
     // The lowest unmapped address; a free block right before it helps.
     if (allocatable(c->prev)) c = c->prev;
     if (has_room(c)) return c;
   }
   // A new segment: 9/8 of the device memory of address space.
-  uint64_t page = pool->is_small ? kSmallBuffer : config_.large_segment_size;
+  uint64_t page = small ? kSmallBuffer : config_.large_segment_size;
   uint64_t total = device_.capacity();
   std::unique_ptr<ExpandableSegment> segment =
       ExpandableSegment::Create(&device_, stream, total + total / 8, page);
   if (segment == nullptr) return nullptr;
-  Block* candidate = NewBlock(stream, segment->size(), pool, segment->ptr());
+  Block* candidate =
+      blocks_.New(stream, segment->size(), segment->ptr(), small);
   candidate->mapped = false;
   candidate->expandable = segment.get();
   expandable_segments_.push_back(std::move(segment));
-  pool->unmapped.insert(candidate);
+  ranges.insert(candidate);
   return candidate;
 }
 
@@ -76,66 +78,52 @@ bool CachingAllocator::MapBlock(Block* to_map, uint64_t size) {
   AddressRange mapped = to_map->expandable->Map({to_map->ptr, size});
   if (mapped.size == 0) return false;  // out of memory
   LOOM_CHECK(mapped.address == to_map->ptr && mapped.size >= size);
-  BlockPool& pool = *to_map->pool;
-  LOOM_CHECK_EQ(pool.unmapped.erase(to_map), size_t{1});
+  UnmappedSet& ranges = unmapped(to_map->small);
+  LOOM_CHECK_EQ(ranges.erase(to_map), size_t{1});
   to_map->mapped = true;
   if (mapped.size < to_map->size) {
     // to_map -> remaining (still unmapped) -> to_map->next
-    Block* remaining = NewBlock(to_map->stream, to_map->size - mapped.size,
-                                &pool, to_map->ptr + mapped.size);
+    Block* remaining = blocks_.SplitBack(to_map, to_map->size - mapped.size);
     remaining->mapped = false;
     remaining->expandable = to_map->expandable;
-    remaining->prev = to_map;
-    remaining->next = to_map->next;
-    if (remaining->next) remaining->next->prev = remaining;
-    to_map->next = remaining;
-    pool.unmapped.insert(remaining);
-    to_map->size = mapped.size;
+    ranges.insert(remaining);
   }
-  TryMergeBlocks(to_map, to_map->prev, pool);
-  TryMergeBlocks(to_map, to_map->next, pool);
-  pool.blocks.insert(to_map);
+  TryMergeBlocks(to_map, to_map->prev);
+  TryMergeBlocks(to_map, to_map->next);
+  blocks_.AddFree(to_map);
   total_allocated_memory_ += mapped.size;
-  stats_.reserved_bytes.Increase(pool.is_small, mapped.size);
+  stats_.reserved_bytes.Increase(to_map->small, mapped.size);
   ++stats_.num_device_alloc;
   return true;
 }
 
 void CachingAllocator::UnmapBlock(Block* block) {
-  AddressRange unmapped = block->expandable->Unmap({block->ptr, block->size});
-  if (unmapped.size == 0) return;
-  BlockPool& pool = *block->pool;
-  LOOM_CHECK_EQ(pool.blocks.erase(block), size_t{1});
-  uint64_t before_size = unmapped.address - block->ptr;
+  AddressRange unmapped_range =
+      block->expandable->Unmap({block->ptr, block->size});
+  if (unmapped_range.size == 0) return;
+  blocks_.RemoveFree(block);
+  const uint64_t before_size = unmapped_range.address - block->ptr;
   if (before_size > 0) {
-    // prev? -> before_free -> block
-    Block* before = NewBlock(block->stream, before_size, &pool, block->ptr);
+    // prev? -> before (free) -> block
+    Block* before = blocks_.SplitFront(block, before_size);
     before->expandable = block->expandable;
-    before->prev = block->prev;
-    if (before->prev) before->prev->next = before;
-    before->next = block;
-    block->prev = before;
-    pool.blocks.insert(before);
+    blocks_.AddFree(before);
   }
-  uint64_t after_size = block->size - (before_size + unmapped.size);
+  const uint64_t after_size = block->size - unmapped_range.size;
   if (after_size > 0) {
-    // block -> after_free -> next?
-    Block* after = NewBlock(block->stream, after_size, &pool, unmapped.end());
+    // block -> after (free) -> next?
+    Block* after = blocks_.SplitBack(block, after_size);
     after->expandable = block->expandable;
-    after->next = block->next;
-    if (after->next) after->next->prev = after;
-    after->prev = block;
-    block->next = after;
-    pool.blocks.insert(after);
+    blocks_.AddFree(after);
   }
-  block->ptr = unmapped.address;
-  block->size = unmapped.size;
+  LOOM_CHECK(block->ptr == unmapped_range.address &&
+             block->size == unmapped_range.size);
   block->mapped = false;
-  TryMergeBlocks(block, block->prev, pool);
-  TryMergeBlocks(block, block->next, pool);
-  pool.unmapped.insert(block);
-  total_allocated_memory_ -= unmapped.size;
-  stats_.reserved_bytes.Decrease(pool.is_small, unmapped.size);
+  TryMergeBlocks(block, block->prev);
+  TryMergeBlocks(block, block->next);
+  unmapped(block->small).insert(block);
+  total_allocated_memory_ -= unmapped_range.size;
+  stats_.reserved_bytes.Decrease(block->small, unmapped_range.size);
   ++stats_.num_device_free;
 }
 
@@ -146,36 +134,28 @@ void CachingAllocator::ReleaseExpandableSegment(Block* block) {
       expandable_segments_.begin(), expandable_segments_.end(),
       [block](const auto& s) { return s.get() == block->expandable; });
   LOOM_CHECK(it != expandable_segments_.end());
-  LOOM_CHECK_EQ(block->pool->unmapped.erase(block), size_t{1});
+  LOOM_CHECK_EQ(unmapped(block->small).erase(block), size_t{1});
   expandable_segments_.erase(it);  // frees the address space
-  DeleteBlock(block);
+  blocks_.Delete(block);
 }
 
 Status CachingAllocator::CheckBlockChains() const {
+  LOOM_RETURN_IF_ERROR(blocks_.CheckChains(
+      [](const Block* b, const Block* next) {
+        return next->expandable == b->expandable;
+      },
+      [](const Block* b, const Block* next) {
+        return b->mapped == next->mapped;
+      }));
   uint64_t allocated[2] = {0, 0};
-  uint64_t native_reserved[2] = {0, 0};
   size_t allocated_count = 0;
-  for (const Block* b : all_blocks_) {
-    const int pool = b->pool->is_small ? 0 : 1;
-    if (b->next != nullptr) {
-      if (b->next->prev != b || b->ptr + b->size != b->next->ptr ||
-          b->next->stream != b->stream || b->next->pool != b->pool ||
-          b->next->expandable != b->expandable) {
-        return InternalError("block {:#x}+{}: broken link to next {:#x}",
-                             b->ptr, b->size, b->next->ptr);
-      }
-      if (!b->allocated && !b->next->allocated &&
-          b->mapped == b->next->mapped) {
-        return InternalError("adjacent free blocks {:#x} and {:#x} unmerged",
-                             b->ptr, b->next->ptr);
-      }
-    }
-    if (b->size == 0) return InternalError("empty block at {:#x}", b->ptr);
-    bool in_blocks = b->pool->blocks.count(const_cast<Block*>(b)) > 0;
-    bool in_unmapped = b->pool->unmapped.count(const_cast<Block*>(b)) > 0;
+  for (Block* b : blocks_.blocks()) {
+    const int pool = b->small ? 0 : 1;
+    bool in_blocks = blocks_.free_set(b->small).count(b) > 0;
+    bool in_unmapped = unmapped(b->small).count(b) > 0;
     if (b->allocated) {
-      auto it = allocated_blocks_.find(b->ptr);
-      if (it == allocated_blocks_.end() || it->second != b || in_blocks ||
+      auto it = blocks_.live().find(b->ptr);
+      if (it == blocks_.live().end() || it->second != b || in_blocks ||
           in_unmapped || !b->mapped) {
         return InternalError("allocated block {:#x} misfiled", b->ptr);
       }
@@ -185,21 +165,22 @@ Status CachingAllocator::CheckBlockChains() const {
       return InternalError("free block {:#x} (mapped={}) misfiled", b->ptr,
                            b->mapped);
     }
-    if (b->expandable == nullptr && b->prev == nullptr) {
-      for (const Block* s = b; s != nullptr; s = s->next) {
-        native_reserved[pool] += s->size;
-      }
-    }
   }
-  if (allocated_count != allocated_blocks_.size()) {
+  if (allocated_count != blocks_.live().size()) {
     return InternalError("{} allocated blocks, {} in the address map",
-                         allocated_count, allocated_blocks_.size());
+                         allocated_count, blocks_.live().size());
   }
-  for (const auto* pool : {&small_blocks_, &large_blocks_}) {
-    if (pool->blocks.size() + pool->unmapped.size() > all_blocks_.size()) {
+  for (bool small : {true, false}) {
+    if (blocks_.free_set(small).size() + unmapped(small).size() >
+        blocks_.blocks().size()) {
       return InternalError("pool holds blocks that do not exist");
     }
   }
+  uint64_t native_reserved[2] = {0, 0};
+  blocks_.ForEachSegment([&native_reserved](const Block* head, uint64_t bytes) {
+    if (head->expandable == nullptr)
+      native_reserved[head->small ? 0 : 1] += bytes;
+  });
   const StatType types[2] = {StatType::kSmallPool, StatType::kLargePool};
   for (int i = 0; i < 2; ++i) {
     if (stats_.allocated_bytes[types[i]].current !=
@@ -226,7 +207,7 @@ Status CachingAllocator::CheckExpandableSegments() const {
   for (const auto& segment : expandable_segments_) {
     ranges[segment.get()] = segment->MappedRanges();
   }
-  for (const Block* b : all_blocks_) {
+  for (const Block* b : blocks_.blocks()) {
     if (b->expandable == nullptr) continue;
     covered[b->expandable] += b->size;
     if (b->prev == nullptr && b->ptr != b->expandable->ptr()) {

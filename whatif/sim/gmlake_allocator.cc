@@ -3,26 +3,22 @@
 #include "whatif/sim/gmlake_allocator.h"
 
 #include <algorithm>
-#include <iterator>
+#include <vector>
 
 #include "base/check.h"
 
 namespace loom::whatif {
 
-bool GmlakeAllocator::BySize::operator()(const Block* a, const Block* b) const {
-  if (a->stream != b->stream) return a->stream < b->stream;
-  if (a->size != b->size) return a->size < b->size;
-  return a->ptr < b->ptr;
-}
-
 GmlakeAllocator::GmlakeAllocator(const GmlakeOptions& gmlake,
                                  const SimOptions& options)
-    : options_(gmlake), device_(options.capacity) {
-  stats_.max_split_size = options_.max_split_size;
-}
+    : options_(gmlake),
+      device_(options.capacity),
+      blocks_({.max_split_size = gmlake.max_split_size,
+               .max_non_split_rounding = kLargeBuffer,  // PyTorch 2.0
+               .min_large_remainder = kChunk},          // whole chunks
+              &stats_) {}
 
 GmlakeAllocator::~GmlakeAllocator() {
-  for (Block* block : all_blocks_) delete block;
   for (Chunk* chunk : all_chunks_) delete chunk;
 }
 
@@ -34,23 +30,6 @@ uint64_t GmlakeAllocator::RoundSize(uint64_t size) {
     rounded = kChunk * ((size + kChunk - 1) / kChunk);
   }
   return rounded;
-}
-
-GmlakeAllocator::Block* GmlakeAllocator::NewBlock(uint64_t stream,
-                                                  uint64_t size, uint64_t ptr,
-                                                  bool small) {
-  Block* block = new Block;
-  block->stream = stream;
-  block->size = size;
-  block->ptr = ptr;
-  block->small = small;
-  all_blocks_.insert(block);
-  return block;
-}
-
-void GmlakeAllocator::DeleteBlock(Block* block) {
-  LOOM_CHECK_EQ(all_blocks_.erase(block), size_t{1});
-  delete block;
 }
 
 StatusOr<uint64_t> GmlakeAllocator::Malloc(uint64_t orig_size,
@@ -66,14 +45,20 @@ StatusOr<uint64_t> GmlakeAllocator::Malloc(uint64_t orig_size,
   p.small = p.size <= kSmallSize;
   p.alloc_size = GetAllocationSize(CachingConfig{}, p.size);
 
+  // release_available_cached_blocks: only whole segments can be released.
+  auto release_oversize = [this, &p] {
+    return blocks_.ReleaseOversize(
+        p.small, p.stream, p.size,
+        [](const Block* b) { return !b->is_split(); },
+        [this](Block* b) { ReleaseBlock(b); });
+  };
   // GMLake's malloc: cache, stitch, new segment, then the fallbacks, each
   // followed by another stitching attempt.
   bool found = GetFreeBlock(p) || Stitch(p, 0);
   if (!found) {
-    found =
-        Realloc(p, /*is_retry=*/false) ||
-        (ReleaseAvailableCachedBlocks(p) && Realloc(p, /*is_retry=*/false)) ||
-        Stitch(p, 1);
+    found = Realloc(p, /*is_retry=*/false) ||
+            (release_oversize() && Realloc(p, /*is_retry=*/false)) ||
+            Stitch(p, 1);
   }
   if (!found) {
     ReleaseCachedBlocks();
@@ -89,77 +74,52 @@ StatusOr<uint64_t> GmlakeAllocator::Malloc(uint64_t orig_size,
         device_.physical_free(), stats_.reserved_bytes.all().current);
   }
   Block* block = p.block;
-  if (!block->fused) {
-    uint64_t remaining = block->size - p.size;
-    // should_split: 512 B in the small pool; whole chunks (>= 2 MiB left,
-    // PyTorch wants > 1 MiB) in the large pool.
-    bool split = block->small
-                     ? remaining >= kMinBlockSize
-                     : p.size < options_.max_split_size && remaining >= kChunk;
-    if (split) {
-      // The allocation takes the front; the remainder's chunks become free.
-      Block* remaining_block = block;
-      block = NewBlock(p.stream, p.size, remaining_block->ptr, p.small);
-      block->prev = remaining_block->prev;
-      if (block->prev) block->prev->next = block;
-      block->next = remaining_block;
-      remaining_block->prev = block;
-      remaining_block->ptr += p.size;
-      remaining_block->size -= p.size;
-      if (!remaining_block->chunks.empty()) {
-        auto& chunks = remaining_block->chunks;
-        uint64_t keep = p.size / kChunk;
-        block->chunks.assign(chunks.begin(), chunks.begin() + keep);
-        chunks.erase(chunks.begin(), chunks.begin() + keep);
-        for (Chunk* c : block->chunks) {
-          c->pblock = block;
-          c->user = block;  // was the same allocation: no sBlock changes
-        }
-        for (Chunk* c : chunks) SetChunkUser(c, nullptr);
-      }
-      PoolOf(p.small).insert(remaining_block);
+  // should_split: 512 B in the small pool; whole chunks (>= 2 MiB left,
+  // PyTorch wants > 1 MiB) in the large pool.
+  if (!block->fused && blocks_.ShouldSplit(block->small, block->size, p.size)) {
+    // The allocation takes the front; the remainder's chunks become free.
+    Block* remaining = block;
+    block = SplitFront(remaining, p.size);
+    for (Chunk* c : block->chunks) {
+      c->user = block;  // was the same allocation: no sBlock changes
     }
+    for (Chunk* c : remaining->chunks) SetChunkUser(c, nullptr);
+    blocks_.AddFree(remaining);
   }
-  block->allocated = true;
-  block->requested = orig_size;
   block->actual = p.size;
-  bool inserted = allocated_.emplace(block->ptr, block).second;
-  LOOM_CHECK(inserted, "address {:#x} handed out twice", block->ptr);
-  stats_.allocation.Increase(p.small, 1);
+  blocks_.AddLive(block, orig_size);
   stats_.allocated_bytes.Increase(p.small, block->actual);
-  stats_.requested_bytes.Increase(p.small, orig_size);
-  if (block->size >= options_.max_split_size) {
-    stats_.oversize_allocations.Increase(1);
-  }
   return block->ptr;
 }
 
 bool GmlakeAllocator::GetFreeBlock(Params& p) {
-  Pool& pool = PoolOf(p.small);
-  Block key;
-  key.stream = p.stream;
-  key.size = p.size;
-  auto it = pool.lower_bound(&key);
-  if (it == pool.end() || (*it)->stream != p.stream) {
+  Block* block = blocks_.BestFit(p.small, p.stream, p.size);
+  if (block == nullptr) {
     // No primitive block fits: try a cached stitched block.
     return options_.defragment && !p.small && ReuseStitched(p);
   }
-  if (p.size < options_.max_split_size &&
-      (*it)->size >= options_.max_split_size) {
-    return false;
-  }
-  if (p.size >= options_.max_split_size &&
-      (*it)->size >= p.size + kLargeBuffer) {
-    return false;
-  }
-  Block* block = *it;
-  pool.erase(it);
+  if (!blocks_.OversizeRulesAllow(block->size, p.size)) return false;
+  blocks_.RemoveFree(block);
   for (Chunk* c : block->chunks) {
     LOOM_CHECK(c->user == nullptr, "free pBlock with a used chunk");
     SetChunkUser(c, block);
   }
   p.block = block;
   return true;
+}
+
+GmlakeAllocator::Block* GmlakeAllocator::SplitFront(Block* block,
+                                                    uint64_t size) {
+  Block* front = blocks_.SplitFront(block, size);
+  if (!block->chunks.empty()) {
+    LOOM_CHECK_EQ(size % kChunk, uint64_t{0});
+    std::vector<Chunk*>& chunks = block->chunks;
+    const uint64_t keep = size / kChunk;
+    front->chunks.assign(chunks.begin(), chunks.begin() + keep);
+    chunks.erase(chunks.begin(), chunks.begin() + keep);
+    for (Chunk* c : front->chunks) c->pblock = front;
+  }
+  return front;
 }
 
 bool GmlakeAllocator::Realloc(Params& p, bool is_retry) {
@@ -169,7 +129,7 @@ bool GmlakeAllocator::Realloc(Params& p, bool is_retry) {
   if (p.small || !options_.defragment) {
     std::optional<uint64_t> ptr = device_.Malloc(size);
     if (!ptr) return false;
-    block = NewBlock(p.stream, size, *ptr, p.small);
+    block = blocks_.NewSegment(p.stream, size, *ptr, p.small);
   } else {
     // VmmSegment(size / 2 MiB): one handle per chunk, then a fresh range
     // with every chunk mapped and made accessible.
@@ -187,7 +147,7 @@ bool GmlakeAllocator::Realloc(Params& p, bool is_retry) {
     }
     device_.CountMap(n);
     device_.CountSetAccess(n);
-    block = NewBlock(p.stream, size, *ptr, /*small=*/false);
+    block = blocks_.NewSegment(p.stream, size, *ptr, /*small=*/false);
     block->chunks.reserve(n);
     for (uint64_t i = 0; i < n; ++i) {
       Chunk* c = new Chunk;
@@ -197,49 +157,15 @@ bool GmlakeAllocator::Realloc(Params& p, bool is_retry) {
       block->chunks.push_back(c);
     }
   }
-  stats_.segment.Increase(p.small, 1);
-  stats_.reserved_bytes.Increase(p.small, size);
-  ++stats_.num_device_alloc;
-  if (size >= options_.max_split_size) stats_.oversize_segments.Increase(1);
   p.block = block;
   return true;
 }
 
-bool GmlakeAllocator::ReleaseAvailableCachedBlocks(const Params& p) {
-  if (options_.max_split_size == kNoMaxSplitSize) return false;
-  Pool& pool = PoolOf(p.small);
-  Block key;
-  key.stream = p.stream;
-  key.size = std::max(p.size, options_.max_split_size);
-  auto it = pool.lower_bound(&key);
-  if (it == pool.end() || (*it)->stream != p.stream || (*it)->is_split()) {
-    if (it == pool.begin()) return false;
-    uint64_t released = 0;
-    --it;
-    while (released < key.size && (*it)->size >= options_.max_split_size &&
-           (*it)->stream == p.stream) {
-      auto cur = it;
-      bool is_first = cur == pool.begin();
-      if (!is_first) --it;
-      if (!(*cur)->is_split()) {  // only whole segments can be released
-        released += (*cur)->size;
-        ReleaseBlock(*cur);
-      }
-      if (is_first) break;
-    }
-    return released >= key.size;
-  }
-  ReleaseBlock(*it);
-  return true;
-}
-
 void GmlakeAllocator::ReleaseCachedBlocks() {
-  for (Pool* pool : {&large_blocks_, &small_blocks_}) {
-    for (auto it = pool->begin(); it != pool->end();) {
-      Block* block = *it;
-      ++it;
+  for (bool small : {false, true}) {  // the large pool first
+    blocks_.ForEachFree(small, [this](Block* block) {
       if (!block->is_split()) ReleaseBlock(block);
-    }
+    });
   }
 }
 
@@ -275,31 +201,12 @@ void GmlakeAllocator::ReleaseBlock(Block* block) {
   } else {
     device_.Free(block->ptr, block->size);
   }
-  stats_.segment.Decrease(block->small, 1);
-  stats_.reserved_bytes.Decrease(block->small, block->size);
-  ++stats_.num_device_free;
-  if (block->size >= options_.max_split_size) {
-    stats_.oversize_segments.Decrease(1);
-  }
-  LOOM_CHECK_EQ(PoolOf(block->small).erase(block), size_t{1});
-  DeleteBlock(block);
+  blocks_.ReleaseSegment(block);
 }
 
 Status GmlakeAllocator::Free(uint64_t address) {
-  auto it = allocated_.find(address);
-  if (it == allocated_.end()) {
-    return InvalidArgumentError("free of {:#x}, which is not allocated",
-                                address);
-  }
-  Block* block = it->second;
-  allocated_.erase(it);
-  stats_.allocation.Decrease(block->small, 1);
+  LOOM_ASSIGN_OR_RETURN(Block * block, blocks_.RemoveLive(address));
   stats_.allocated_bytes.Decrease(block->small, block->actual);
-  stats_.requested_bytes.Decrease(block->small, block->requested);
-  if (block->size >= options_.max_split_size) {
-    stats_.oversize_allocations.Decrease(1);
-  }
-  block->requested = 0;
   block->actual = 0;
   if (block->fused) {
     std::vector<Block*> touched;
@@ -310,7 +217,6 @@ Status GmlakeAllocator::Free(uint64_t address) {
       touched.push_back(c->pblock);
     }
     block->used_chunks = 0;
-    block->allocated = false;
     FreeIdleHeld(touched);
     if (block->doomed) {
       block->state = SState::kNone;
@@ -327,34 +233,21 @@ Status GmlakeAllocator::Free(uint64_t address) {
 }
 
 void GmlakeAllocator::FreeBlock(Block* block) {
-  Pool& pool = PoolOf(block->small);
   block->allocated = false;
   block->held = false;
-  TryMerge(block, block->prev, pool);
-  TryMerge(block, block->next, pool);
-  bool inserted = pool.insert(block).second;
-  LOOM_CHECK(inserted);
+  TryMerge(block, block->prev);
+  TryMerge(block, block->next);
+  blocks_.AddFree(block);
 }
 
-bool GmlakeAllocator::TryMerge(Block* dst, Block* src, Pool& pool) {
-  if (src == nullptr || src->allocated) return false;
-  if (dst->prev == src) {  // [src dst]
-    dst->ptr = src->ptr;
-    dst->prev = src->prev;
-    if (dst->prev) dst->prev->next = dst;
-    dst->chunks.insert(dst->chunks.begin(), src->chunks.begin(),
-                       src->chunks.end());
-  } else {  // [dst src]
-    dst->next = src->next;
-    if (dst->next) dst->next->prev = dst;
-    dst->chunks.insert(dst->chunks.end(), src->chunks.begin(),
-                       src->chunks.end());
-  }
+void GmlakeAllocator::TryMerge(Block* dst, Block* src) {
+  if (src == nullptr || src->allocated) return;
+  // The chunks follow the addresses: [src dst] or [dst src].
+  auto at = dst->prev == src ? dst->chunks.begin() : dst->chunks.end();
+  dst->chunks.insert(at, src->chunks.begin(), src->chunks.end());
   for (Chunk* c : src->chunks) c->pblock = dst;
-  dst->size += src->size;
-  LOOM_CHECK_EQ(pool.erase(src), size_t{1});
-  DeleteBlock(src);
-  return true;
+  blocks_.RemoveFree(src);
+  blocks_.Absorb(dst, src);
 }
 
 std::vector<std::pair<std::string, uint64_t>> GmlakeAllocator::Counters()
@@ -371,12 +264,9 @@ void GmlakeAllocator::EmptyCache() {
 
 std::vector<AddressRange> GmlakeAllocator::MappedRanges() const {
   std::vector<AddressRange> ranges;
-  for (const Block* head : all_blocks_) {
-    if (head->fused || head->prev != nullptr) continue;
-    uint64_t size = 0;
-    for (const Block* b = head; b != nullptr; b = b->next) size += b->size;
-    ranges.push_back({head->ptr, size});
-  }
+  blocks_.ForEachSegment([&ranges](const Block* head, uint64_t bytes) {
+    if (!head->fused) ranges.push_back({head->ptr, bytes});
+  });
   for (const Block* s : stitched_) {
     for (size_t i = 0; i < s->chunks.size(); ++i) {
       if (s->chunks[i] == nullptr) continue;

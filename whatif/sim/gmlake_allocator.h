@@ -55,6 +55,10 @@
 //    cuMemSetAccess, its drop 1 cuMemUnmap + 1 address free (VirDevPtr
 //    unmaps its whole range at once).
 //
+// Blocks, free sets, splits and merges, the oversize rules and the release
+// of cached segments are the BlockPool shared with the PyTorch simulator
+// (block_pool.h); chunks and stitched blocks are this simulator's own.
+//
 // Invariants (CheckInvariants): blocks of a segment tile it in address
 // order; a large block's chunks tile it; each chunk has at most one user
 // (a live pBlock allocation or an active sBlock), so no physical byte is
@@ -65,12 +69,12 @@
 #define LOOM_WHATIF_SIM_GMLAKE_ALLOCATOR_H_
 
 #include <cstdint>
-#include <set>
+#include <string>
 #include <string_view>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "whatif/sim/block_pool.h"
 #include "whatif/sim/caching_config.h"
 #include "whatif/sim/device.h"
 #include "whatif/sim/sim_allocator.h"
@@ -129,27 +133,17 @@ class GmlakeAllocator final : public SimAllocator {
     std::vector<Block*> stitched;  // sBlocks mapping it
   };
   enum class SState { kNone, kActive, kFree, kFragmented };
-  struct Block {
-    uint64_t stream = 0;
-    uint64_t size = 0;
-    uint64_t ptr = 0;
-    uint64_t requested = 0;  // request of a live allocation
-    uint64_t actual = 0;     // its rounded size (GMLake's actual_size)
-    bool small = false;
-    bool allocated = false;  // a live allocation, or held by an sBlock
-    bool held = false;       // pBlock whose chunks an sBlock uses
-    bool fused = false;      // sBlock
-    bool doomed = false;     // active sBlock that lost a chunk: drop at free
+  // A pBlock (or a piece of one), a small-pool block or an sBlock. The
+  // pool's `allocated` also covers pBlocks held by an sBlock.
+  struct Block : PoolBlock<Block> {
+    uint64_t actual = 0;  // rounded request (GMLake's actual_size) if live
+    bool held = false;    // pBlock whose chunks an sBlock uses
+    bool fused = false;   // sBlock: outside any chain and free set
+    bool doomed = false;  // active sBlock that lost a chunk: drop at free
     SState state = SState::kNone;  // sBlocks only
-    Block* prev = nullptr;         // neighbours in a segment (not sBlocks)
-    Block* next = nullptr;
-    std::vector<Chunk*> chunks;  // large pool; sBlock: nullptr = dropped
-    uint64_t used_chunks = 0;    // active sBlock: leading chunks in use
-    uint64_t busy_chunks = 0;    // sBlock: its chunks with a user
-    bool is_split() const { return prev != nullptr || next != nullptr; }
-  };
-  struct BySize {
-    bool operator()(const Block* a, const Block* b) const;
+    std::vector<Chunk*> chunks;    // large pool; sBlock: nullptr = dropped
+    uint64_t used_chunks = 0;      // active sBlock: leading chunks in use
+    uint64_t busy_chunks = 0;      // sBlock: its chunks with a user
   };
   struct Params {
     uint64_t stream = 0;
@@ -158,22 +152,17 @@ class GmlakeAllocator final : public SimAllocator {
     bool small = false;
     Block* block = nullptr;
   };
-  using Pool = std::set<Block*, BySize>;
-
-  Block* NewBlock(uint64_t stream, uint64_t size, uint64_t ptr, bool small);
-  void DeleteBlock(Block* block);
-  Pool& PoolOf(bool small) { return small ? small_blocks_ : large_blocks_; }
 
   bool GetFreeBlock(Params& p);
   bool ReuseStitched(Params& p);
   bool Stitch(Params& p, int time);
   bool Realloc(Params& p, bool is_retry);
-  bool ReleaseAvailableCachedBlocks(const Params& p);
   void ReleaseCachedBlocks();
   void ReleaseBlock(Block* block);
-  void SplitFront(Block* block, uint64_t size, Pool& pool);
+  // BlockPool::SplitFront, the chunks of the front going with it.
+  Block* SplitFront(Block* block, uint64_t size);
   void FreeBlock(Block* block);
-  bool TryMerge(Block* dst, Block* src, Pool& pool);
+  void TryMerge(Block* dst, Block* src);
   // Marks `chunk` used by `user` (nullptr: free) and updates the cached
   // sBlocks that map it.
   void SetChunkUser(Chunk* chunk, Block* user);
@@ -192,14 +181,11 @@ class GmlakeAllocator final : public SimAllocator {
   GmlakeOptions options_;
   SimDevice device_;
   MemoryStats stats_;
-  Pool small_blocks_;
-  Pool large_blocks_;
-  Pool free_fused_;                        // cached sBlocks, no chunk in use
+  BlockPool<Block> blocks_;                // after stats_, which it updates
+  BlockPool<Block>::FreeSet free_fused_;   // cached sBlocks, no chunk in use
   std::unordered_set<Block*> fragmented_;  // cached sBlocks, some in use
-  std::unordered_map<uint64_t, Block*> allocated_;  // live, by address
-  std::unordered_set<Block*> all_blocks_;           // owns the blocks
-  std::unordered_set<Chunk*> all_chunks_;           // owns the chunks
-  std::unordered_set<Block*> stitched_;             // live sBlocks
+  std::unordered_set<Chunk*> all_chunks_;  // owns the chunks
+  std::unordered_set<Block*> stitched_;    // live sBlocks
   uint64_t total_fuse_size_ = 0;
   uint64_t num_stitched_ = 0;
   uint64_t num_stitches_ = 0;

@@ -5,8 +5,8 @@
 #include <iterator>
 #include <limits>
 
-#include "whatif/sim/gmlake_allocator.h"
 #include "base/check.h"
+#include "whatif/sim/gmlake_allocator.h"
 
 namespace loom::whatif {
 
@@ -45,35 +45,22 @@ void GmlakeAllocator::SetChunkUser(Chunk* chunk, Block* user) {
 
 void GmlakeAllocator::CarveHeld(Block* block) {
   LOOM_CHECK(!block->allocated && !block->fused && !block->chunks.empty());
-  LOOM_CHECK_EQ(large_blocks_.erase(block), size_t{1});
-  const std::vector<Chunk*> chunks = block->chunks;
-  Block* prev = block->prev;
-  Block* const next = block->next;
-  uint64_t ptr = block->ptr;
-  size_t run_start = 0;
-  for (size_t i = 1; i <= chunks.size(); ++i) {
-    bool used = chunks[run_start]->user != nullptr;
-    if (i < chunks.size() && (chunks[i]->user != nullptr) == used) continue;
-    // chunks[run_start, i) is one run.
-    uint64_t size = (i - run_start) * kChunk;
-    Block* run = NewBlock(block->stream, size, ptr, /*small=*/false);
-    run->chunks.assign(chunks.begin() + run_start, chunks.begin() + i);
-    for (Chunk* c : run->chunks) c->pblock = run;
-    run->prev = prev;
-    if (prev) prev->next = run;
+  blocks_.RemoveFree(block);
+  while (true) {
+    // The leading run of chunks that are all used or all free.
+    const std::vector<Chunk*>& chunks = block->chunks;
+    const bool used = chunks.front()->user != nullptr;
+    size_t n = 1;
+    while (n < chunks.size() && (chunks[n]->user != nullptr) == used) ++n;
+    Block* run = n < chunks.size() ? SplitFront(block, n * kChunk) : block;
     if (used) {
       run->allocated = true;
       run->held = true;
     } else {
-      large_blocks_.insert(run);
+      blocks_.AddFree(run);
     }
-    prev = run;
-    ptr += size;
-    run_start = i;
+    if (run == block) return;
   }
-  prev->next = next;
-  if (next) next->prev = prev;
-  DeleteBlock(block);
 }
 
 void GmlakeAllocator::FreeIdleHeld(const std::vector<Block*>& pblocks) {
@@ -93,16 +80,11 @@ void GmlakeAllocator::FreeIdleHeld(const std::vector<Block*>& pblocks) {
 }
 
 bool GmlakeAllocator::ReuseStitched(Params& p) {
-  Block key;
-  key.stream = p.stream;
-  key.size = p.size;
-  auto it = free_fused_.lower_bound(&key);
-  if (it == free_fused_.end() || (*it)->stream != p.stream ||
-      static_cast<double>((*it)->size) >
-          static_cast<double>(p.size) * options_.reuse_limit) {
+  Block* s = BlockPool<Block>::LowerBound(free_fused_, p.stream, p.size);
+  if (s == nullptr || static_cast<double>(s->size) >
+                          static_cast<double>(p.size) * options_.reuse_limit) {
     return false;
   }
-  Block* s = *it;
   SetState(s, SState::kActive);
   const uint64_t keep = p.size / kChunk;
   std::vector<Block*> touched;
@@ -133,9 +115,10 @@ bool GmlakeAllocator::Stitch(Params& p, int time) {
   hi.stream = p.stream;
   hi.size = std::numeric_limits<uint64_t>::max();
   hi.ptr = std::numeric_limits<uint64_t>::max();
-  auto begin = large_blocks_.lower_bound(&lo);
-  auto end = large_blocks_.lower_bound(&hi);
-  if (begin == large_blocks_.end() || (*begin)->stream != p.stream) {
+  const BlockPool<Block>::FreeSet& large = blocks_.free_set(/*small=*/false);
+  auto begin = large.lower_bound(&lo);
+  auto end = large.lower_bound(&hi);
+  if (begin == large.end() || (*begin)->stream != p.stream) {
     return false;
   }
   if (std::prev(end) == begin) return false;  // one free block cannot do
@@ -153,33 +136,22 @@ bool GmlakeAllocator::Stitch(Params& p, int time) {
   std::optional<uint64_t> va = device_.ReserveAddress(stitched_size);
   if (!va) return false;
   for (Block* b : chosen) {
-    LOOM_CHECK_EQ(large_blocks_.erase(b), size_t{1});
+    blocks_.RemoveFree(b);
     b->allocated = true;
     b->held = true;
   }
   if (excess >= kChunk) {
     // Keep only the chunks needed of the last block; the rest stays free.
     Block* rest = chosen.back();
-    const uint64_t keep_size = rest->size - excess;
-    Block* front = NewBlock(rest->stream, keep_size, rest->ptr, false);
-    front->prev = rest->prev;
-    if (front->prev) front->prev->next = front;
-    front->next = rest;
-    rest->prev = front;
-    rest->ptr += keep_size;
-    rest->size = excess;
-    const uint64_t keep = keep_size / kChunk;
-    front->chunks.assign(rest->chunks.begin(), rest->chunks.begin() + keep);
-    rest->chunks.erase(rest->chunks.begin(), rest->chunks.begin() + keep);
-    for (Chunk* c : front->chunks) c->pblock = front;
+    Block* front = SplitFront(rest, rest->size - excess);
     front->allocated = true;
     front->held = true;
     rest->allocated = false;
     rest->held = false;
-    large_blocks_.insert(rest);
+    blocks_.AddFree(rest);
     chosen.back() = front;
   }
-  Block* s = NewBlock(p.stream, stitched_size, *va, /*small=*/false);
+  Block* s = blocks_.New(p.stream, stitched_size, *va, /*small=*/false);
   s->fused = true;
   for (Block* b : chosen) {
     s->chunks.insert(s->chunks.end(), b->chunks.begin(), b->chunks.end());
@@ -214,7 +186,7 @@ void GmlakeAllocator::DropStitched(Block* s) {
   --num_stitched_;
   device_.CountUnmap(1);
   device_.FreeAddress(s->ptr, s->size);
-  DeleteBlock(s);
+  blocks_.Delete(s);
 }
 
 void GmlakeAllocator::GarbageCollectStitched() {
@@ -227,30 +199,20 @@ void GmlakeAllocator::GarbageCollectStitched() {
 }
 
 Status GmlakeAllocator::CheckChains() const {
-  uint64_t reserved[2] = {0, 0};
+  auto always = [](const Block*, const Block*) { return true; };
+  LOOM_RETURN_IF_ERROR(blocks_.CheckChains(always, always));
   uint64_t allocated[2] = {0, 0};
-  for (const Block* b : all_blocks_) {
+  for (Block* b : blocks_.blocks()) {
     if (b->fused) continue;
-    const Pool& pool = b->small ? small_blocks_ : large_blocks_;
-    if (b->next != nullptr) {
-      if (b->next->prev != b || b->ptr + b->size != b->next->ptr ||
-          b->next->stream != b->stream || b->next->small != b->small) {
-        return InternalError("block {:#x}: broken link", b->ptr);
-      }
-      if (!b->allocated && !b->next->allocated) {
-        return InternalError("adjacent free blocks {:#x}, {:#x} unmerged",
-                             b->ptr, b->next->ptr);
-      }
-    }
-    bool in_pool = pool.count(const_cast<Block*>(b)) > 0;
+    bool in_pool = blocks_.free_set(b->small).count(b) > 0;
     if (in_pool == b->allocated) {
       return InternalError("block {:#x} (allocated={}) misfiled", b->ptr,
                            b->allocated);
     }
     if (b->held && !b->allocated) return InternalError("free held block");
     bool live = b->allocated && !b->held;
-    auto it = allocated_.find(b->ptr);
-    if (live != (it != allocated_.end() && it->second == b)) {
+    auto it = blocks_.live().find(b->ptr);
+    if (live != (it != blocks_.live().end() && it->second == b)) {
       return InternalError("block {:#x}: address map disagrees", b->ptr);
     }
     if (live) allocated[b->small ? 0 : 1] += b->actual;
@@ -268,12 +230,11 @@ Status GmlakeAllocator::CheckChains() const {
         return InternalError("block {:#x}: chunk user disagrees", b->ptr);
       }
     }
-    if (b->prev == nullptr) {
-      for (const Block* s = b; s != nullptr; s = s->next) {
-        reserved[b->small ? 0 : 1] += s->size;
-      }
-    }
   }
+  uint64_t reserved[2] = {0, 0};
+  blocks_.ForEachSegment([&reserved](const Block* head, uint64_t bytes) {
+    if (!head->fused) reserved[head->small ? 0 : 1] += bytes;
+  });
   for (const Block* s : stitched_) {
     if (s->state == SState::kActive) allocated[1] += s->actual;
   }
@@ -293,7 +254,7 @@ Status GmlakeAllocator::CheckChains() const {
 Status GmlakeAllocator::CheckChunks() const {
   // No chunk backs two live allocations.
   std::unordered_set<const Chunk*> in_use;
-  for (const auto& [address, b] : allocated_) {
+  for (const auto& [address, b] : blocks_.live()) {
     uint64_t n = b->fused ? b->used_chunks : b->chunks.size();
     if (b->fused && n * kChunk < b->actual) {
       return InternalError("sBlock {:#x} uses too few chunks", address);
@@ -309,7 +270,9 @@ Status GmlakeAllocator::CheckChunks() const {
   size_t users = 0;
   for (const Chunk* c : all_chunks_) {
     if (c->user != nullptr) ++users;
-    if (all_blocks_.count(c->pblock) == 0) return InternalError("orphan chunk");
+    if (blocks_.blocks().count(c->pblock) == 0) {
+      return InternalError("orphan chunk");
+    }
     for (const Block* s : c->stitched) {
       if (stitched_.count(const_cast<Block*>(s)) == 0 ||
           std::find(s->chunks.begin(), s->chunks.end(), c) == s->chunks.end()) {
@@ -333,7 +296,7 @@ Status GmlakeAllocator::CheckChunks() const {
     bool ok = false;
     switch (s->state) {
       case SState::kActive:
-        ok = !in_free && !in_fragmented && allocated_.count(s->ptr) > 0;
+        ok = !in_free && !in_fragmented && blocks_.live().count(s->ptr) > 0;
         break;
       case SState::kFree:
         ok = in_free && busy == 0 && !s->doomed;
