@@ -11,6 +11,8 @@
 
 #include "whatif/compare/compare.h"
 #include "whatif/loom/loom_factory.h"
+#include "whatif/loom/plan_source.h"
+#include "whatif/workloads/perturb.h"
 #include "whatif/sim/caching_config.h"
 #include "whatif/workloads/load.h"
 #include "cli/commands.h"
@@ -47,6 +49,7 @@ int RunCompare(const Args& args) {
   bool check = false;
   double loom_time_limit = 10;
   std::string loom_plan_csv;
+  std::string plan_from, perturb_text;
   std::string builtins;
   for (const std::string& name : whatif::BuiltinWorkloadNames()) {
     builtins += (builtins.empty() ? "builtin:" : ", builtin:") + name;
@@ -82,6 +85,17 @@ int RunCompare(const Args& args) {
                   "seconds loom's planner may search (default 10)");
   flags.AddString("loom-plan-csv", &loom_plan_csv,
                   "write loom's plan (id,lower,upper,size,offset) here");
+  flags.AddString(
+      "plan-from", &plan_from,
+      "where loom's plan comes from: self (the measured trace: an oracle), "
+      "first:K (the input's first K iterations), or another workload (a "
+      "trace, CSV or builtin spec). Default: first:min(3, iterations-1) for "
+      "a multi-iteration input, the unperturbed input with --perturb, else "
+      "self");
+  flags.AddString("perturb", &perturb_text,
+                  "replay a perturbed input: drop=P,add=P,resize=P,seed=S "
+                  "(P a fraction or a percentage); every allocator replays "
+                  "the same perturbed trace");
   flags.AddSize("frag-limit", &frag_limit,
                 "gmlake: stitch requests of at least this size (512MiB)");
   flags.AddDouble("reuse-limit", &reuse_limit,
@@ -124,14 +138,63 @@ int RunCompare(const Args& args) {
   options.max_samples = static_cast<size_t>(samples);
   options.check_invariants = check;
 
+  whatif::PerturbOptions perturb;
+  if (!perturb_text.empty()) {
+    StatusOr<whatif::PerturbOptions> parsed =
+        whatif::ParsePerturbOptions(perturb_text);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "loom compare: %s\n",
+                   parsed.status().message().c_str());
+      return 2;
+    }
+    perturb = *parsed;
+  }
+  std::optional<whatif::PlanSource> named_source;
+  if (!plan_from.empty()) {
+    StatusOr<whatif::PlanSource> parsed = whatif::ParsePlanSource(plan_from);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "loom compare: %s\n",
+                   parsed.status().message().c_str());
+      return 2;
+    }
+    named_source = *parsed;
+  }
+  StatusOr<whatif::Workload> workload = whatif::LoadWorkload(input);
+  if (!workload.ok()) {
+    std::fprintf(stderr, "loom compare: %s\n",
+                 workload.status().message().c_str());
+    return 1;
+  }
+  // What loom plans from, and what every allocator replays.
+  const bool perturbed = perturb.any();
+  const whatif::PlanSource source =
+      named_source.has_value() ? *named_source
+      : perturbed              ? whatif::PlanSource{}
+                  : whatif::DefaultPlanSource(
+                        whatif::CountIterations(workload->trace));
+  std::shared_ptr<const plan::Trace> plan_trace;
+  if (!whatif::IsOracle(source, perturbed)) {
+    StatusOr<plan::Trace> planning =
+        whatif::PlanningTrace(source, workload->trace);
+    if (!planning.ok()) {
+      std::fprintf(stderr, "loom compare: %s\n",
+                   planning.status().message().c_str());
+      return 1;
+    }
+    plan_trace = std::make_shared<const plan::Trace>(*std::move(planning));
+  }
+  if (perturbed) workload->trace = whatif::Perturb(workload->trace, perturb);
+
   std::vector<whatif::AllocatorFactory> factories =
       whatif::BaselineAllocators(options);
-  whatif::SelfPlanOptions loom_options;
-  loom_options.time_limit_seconds = loom_time_limit;
-  factories.push_back(
-      whatif::LoomAllocatorFactory(loom_options, /*plan=*/true, loom_plan_csv));
-  factories.push_back(
-      whatif::LoomAllocatorFactory(loom_options, /*plan=*/false));
+  whatif::LoomRowOptions loom_row;
+  loom_row.planning.time_limit_seconds = loom_time_limit;
+  loom_row.plan_csv = loom_plan_csv;
+  loom_row.plan_trace = plan_trace;
+  loom_row.plan_from = whatif::DescribePlanSource(source, perturbed);
+  factories.push_back(whatif::LoomAllocatorFactory(loom_row));
+  loom_row.plan = false;
+  factories.push_back(whatif::LoomAllocatorFactory(loom_row));
   if (!allocators.empty()) {
     std::vector<std::string> wanted = SplitList(allocators);
     std::vector<whatif::AllocatorFactory> chosen;
@@ -150,12 +213,6 @@ int RunCompare(const Args& args) {
     factories = std::move(chosen);
   }
 
-  StatusOr<whatif::Workload> workload = whatif::LoadWorkload(input);
-  if (!workload.ok()) {
-    std::fprintf(stderr, "loom compare: %s\n",
-                 workload.status().message().c_str());
-    return 1;
-  }
   StatusOr<whatif::Comparison> comparison =
       whatif::Compare(workload->trace, input, factories, options);
   if (!comparison.ok()) {
@@ -163,6 +220,7 @@ int RunCompare(const Args& args) {
                  comparison.status().message().c_str());
     return 1;
   }
+  if (perturbed) comparison->perturbation = whatif::FormatPerturbOptions(perturb);
   if (!series.empty()) {
     std::ofstream out(series);
     out << whatif::FormatSeriesCsv(*comparison);

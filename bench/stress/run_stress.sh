@@ -9,15 +9,19 @@
 #
 #   bench/stress/run_stress.sh [total seconds, default 600] [seconds per run, default 20]
 #
-# Needs `bazel build //cli:loom_tool` (done here).
+# Builds //cli:loom_tool first, unless LOOM_TOOL names a loom_tool binary.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 TOTAL="${1:-600}"
 EACH="${2:-20}"
 OUT="${OUT:-$ROOT/bench/results/stress/runs.jsonl}"
 cd "$ROOT" || exit 1
-bazel build --noshow_progress //cli:loom_tool >&2 || exit 1
-TOOL="$ROOT/bazel-bin/cli/loom_tool"
+if [[ -n "${LOOM_TOOL:-}" ]]; then
+  TOOL="$LOOM_TOOL"
+else
+  bazel build --noshow_progress //cli:loom_tool >&2 || exit 1
+  TOOL="$ROOT/bazel-bin/cli/loom_tool"
+fi
 CONFIGS=(
   ""                                      # 3 streams, 2 threads, cap, plan, graphs
   "--threads 4 --streams 4"

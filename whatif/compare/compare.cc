@@ -71,6 +71,7 @@ StatusOr<Comparison> Compare(const plan::Trace& trace, std::string input,
     if (!result.ok()) return result.status().WithContext(factory.name);
     result->allocator = factory.name;
     comparison.rows.push_back(std::move(*result));
+    comparison.plan_from.push_back(factory.plan_from);
   }
   return comparison;
 }
@@ -105,8 +106,20 @@ std::string FormatTable(const Comparison& c) {
       "request {}\n",
       s.events, s.allocs, s.iterations, s.iterations == 1 ? "" : "s", s.streams,
       s.streams == 1 ? "" : "s", FormatBytes(s.max_request));
-  out += fmt::format("device capacity: {}\n\n",
+  if (!c.perturbation.empty()) {
+    out += fmt::format("perturbed: {} (every allocator replays the same "
+                       "perturbed trace)\n",
+                       c.perturbation);
+  }
+  out += fmt::format("device capacity: {}\n",
                      c.capacity == 0 ? "unlimited" : FormatBytes(c.capacity));
+  for (size_t i = 0; i < c.rows.size() && i < c.plan_from.size(); ++i) {
+    if (!c.plan_from[i].empty()) {
+      out += fmt::format("{} planned from: {}\n", c.rows[i].allocator,
+                         c.plan_from[i]);
+    }
+  }
+  out += "\n";
   const std::string header =
       fmt::format("{:<20} {:>14} {:>14} {:>14} {:>11} {:>14} {:>8}\n",
                   "allocator", "peak alloc", "own alloc peak", "peak reserved",
@@ -152,9 +165,14 @@ std::string FormatTable(const Comparison& c) {
 std::string FormatJson(const Comparison& c) {
   JsonWriter w(2);
   w.BeginArray();
-  for (const ReplayResult& r : c.rows) {
+  for (size_t i = 0; i < c.rows.size(); ++i) {
+    const ReplayResult& r = c.rows[i];
     w.BeginObject();
     w.Key("allocator").String(r.allocator);
+    if (i < c.plan_from.size() && !c.plan_from[i].empty()) {
+      w.Key("plan_from").String(c.plan_from[i]);
+    }
+    if (!c.perturbation.empty()) w.Key("perturbation").String(c.perturbation);
     w.Key("peak_allocated_bytes").Uint(r.peak_requested);
     w.Key("allocator_peak_allocated_bytes").Uint(r.peak_allocated);
     w.Key("peak_reserved_bytes").Uint(r.peak_reserved);

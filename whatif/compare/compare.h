@@ -36,6 +36,9 @@ struct AllocatorFactory {
   std::function<StatusOr<std::unique_ptr<SimAllocator>>(
       const plan::Trace& trace, const SimOptions& options)>
       make;
+  // An allocator that plans: where its plan comes from ("own trace
+  // (oracle)" when it is the measured trace itself). Empty otherwise.
+  std::string plan_from;
 };
 
 struct CompareOptions {
@@ -67,6 +70,8 @@ struct Comparison {
   TraceSummary summary;
   uint64_t capacity = 0;
   std::vector<ReplayResult> rows;  // one per allocator, in factory order
+  std::vector<std::string> plan_from;  // per row: its factory's plan_from
+  std::string perturbation;  // how the input was perturbed, if it was
 };
 
 // Replays `trace` through each allocator. Errors: the trace's (replay.h) or

@@ -43,11 +43,15 @@ class PlannedLoom final : public SimAllocator {
 
 }  // namespace
 
-AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options, bool plan,
-                                      std::string plan_csv) {
+AllocatorFactory LoomAllocatorFactory(const LoomRowOptions& row) {
+  const SelfPlanOptions options = row.planning;
+  const bool plan = row.plan;
+  const std::string plan_csv = row.plan_csv;
+  const std::shared_ptr<const plan::Trace> plan_trace = row.plan_trace;
   return AllocatorFactory{
       plan ? "loom" : "loom_unplanned",
-      [options, plan, plan_csv](const plan::Trace& trace, const SimOptions& sim)
+      [options, plan, plan_csv, plan_trace](const plan::Trace& trace,
+                                            const SimOptions& sim)
           -> StatusOr<std::unique_ptr<SimAllocator>> {
         LoomSimOptions loom;
         loom.backend = "fake";
@@ -57,7 +61,8 @@ AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options, bool plan,
         std::vector<std::pair<std::string, uint64_t>> extra;
         if (plan) {
           auto start = std::chrono::steady_clock::now();
-          StatusOr<SelfPlan> planned = PlanTraceForRuntime(trace, options);
+          StatusOr<SelfPlan> planned = PlanTraceForRuntime(
+              plan_trace != nullptr ? *plan_trace : trace, options);
           if (!planned.ok())
             return planned.status().WithContext("planning for loom");
           auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -77,7 +82,8 @@ AllocatorFactory LoomAllocatorFactory(const SelfPlanOptions& options, bool plan,
                               LoomSimAllocator::Create(std::move(loom)));
         return std::unique_ptr<SimAllocator>(
             std::make_unique<PlannedLoom>(std::move(inner), std::move(extra)));
-      }};
+      },
+      plan ? row.plan_from : std::string()};
 }
 
 }  // namespace loom::whatif
