@@ -6,6 +6,10 @@ bench/data and on the built-in workloads, and prints one Markdown table per
 group. Usage (from the repository root, after `bazel build //cli:loom_tool`):
 
     /usr/bin/python3 bench/results/baselines.py > /tmp/tables.md
+
+Arguments after the script's name are passed to every `compare` call, e.g.
+`--plan-from self` (loom planned from the measured trace itself, the
+oracle rows of earlier versions of this file).
 """
 
 import json
@@ -35,8 +39,12 @@ def mib(n):
     return f"{n / (1 << 20):,.1f}"
 
 
+EXTRA = sys.argv[1:]
+
+
 def run(spec, extra):
-    out = subprocess.run([str(TOOL), "compare", str(spec), "--json", *extra],
+    out = subprocess.run([str(TOOL), "compare", str(spec), "--json", *extra,
+                          *EXTRA],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
