@@ -2,7 +2,9 @@
 #include <cstdio>
 
 #include "whatif/loom/loom_sim_allocator.h"
+#include "whatif/loom/plan_source.h"
 #include "whatif/loom/self_plan.h"
+#include "whatif/workloads/perturb.h"
 #include "whatif/sim/replay.h"
 #include "whatif/workloads/load.h"
 #include "cli/commands.h"
@@ -15,6 +17,7 @@ namespace loom::cli {
 
 int RunReplay(const Args& args) {
   std::string input, plan_path, backend = "fake", scope = "auto";
+  std::string plan_from, perturb_text;
   bool self_plan = false, check_data = false, check_invariants = false,
        json = false;
   uint64_t granularity = uint64_t{2} << 20, capacity = 0;
@@ -32,7 +35,15 @@ int RunReplay(const Args& args) {
       "a pattern of its own and verifies it at its free.");
   flags.AddPositional("input", &input, "the workload");
   flags.AddString("plan", &plan_path, "plan file to serve");
-  flags.AddBool("self-plan", &self_plan, "plan the trace first, in memory");
+  flags.AddBool("self-plan", &self_plan,
+                "plan the trace first, in memory (an oracle: the plan of the "
+                "very trace replayed)");
+  flags.AddString("plan-from", &plan_from,
+                  "plan first, in memory, from: self, first:K (the input's "
+                  "first K iterations) or another workload");
+  flags.AddString("perturb", &perturb_text,
+                  "replay a perturbed input (drop=P,add=P,resize=P,seed=S); "
+                  "with --self-plan the plan is the unperturbed input's");
   flags.AddString("scope", &scope,
                   "with --self-plan: auto, iteration or trace");
   flags.AddDouble("time-limit", &time_limit,
@@ -53,11 +64,36 @@ int RunReplay(const Args& args) {
     return 1;
   };
   if (check_data && backend == "fake") backend = "host";
-  if (!plan_path.empty() && self_plan) {
-    return fail(InvalidArgumentError("give --plan or --self-plan, not both"));
+  if (static_cast<int>(!plan_path.empty()) + static_cast<int>(self_plan) +
+          static_cast<int>(!plan_from.empty()) >
+      1) {
+    return fail(InvalidArgumentError(
+        "give one of --plan, --self-plan and --plan-from"));
+  }
+  whatif::PlanSource source;  // self
+  if (!plan_from.empty()) {
+    StatusOr<whatif::PlanSource> parsed = whatif::ParsePlanSource(plan_from);
+    if (!parsed.ok()) return fail(parsed.status());
+    source = *parsed;
+    self_plan = true;
+  }
+  whatif::PerturbOptions perturb;
+  if (!perturb_text.empty()) {
+    StatusOr<whatif::PerturbOptions> parsed =
+        whatif::ParsePerturbOptions(perturb_text);
+    if (!parsed.ok()) return fail(parsed.status());
+    perturb = *parsed;
   }
   StatusOr<whatif::Workload> workload = whatif::LoadWorkload(input);
   if (!workload.ok()) return fail(workload.status());
+  // The trace to plan from, before the replayed one is perturbed.
+  StatusOr<plan::Trace> planning_trace =
+      self_plan ? whatif::PlanningTrace(source, workload->trace)
+                : StatusOr<plan::Trace>(plan::Trace{});
+  if (!planning_trace.ok()) return fail(planning_trace.status());
+  if (perturb.any()) {
+    workload->trace = whatif::Perturb(workload->trace, perturb);
+  }
 
   whatif::LoomSimOptions options;
   options.backend = backend;
@@ -83,10 +119,12 @@ int RunReplay(const Args& args) {
     plan_options.time_limit_seconds = time_limit;
     plan_options.granularity = granularity;
     StatusOr<whatif::SelfPlan> planned =
-        whatif::PlanTraceForRuntime(workload->trace, plan_options);
+        whatif::PlanTraceForRuntime(*planning_trace, plan_options);
     if (!planned.ok()) return fail(planned.status().WithContext("planning"));
     plan_note =
-        fmt::format("self-plan of the {} ({}, peak {} = {:.4f} x lower bound)",
+        fmt::format("planned from {}: the {} ({}, peak {} = {:.4f} x lower "
+                    "bound)",
+                    whatif::DescribePlanSource(source, perturb.any()),
                     planned->note, planned->result.algorithm,
                     FormatBytes(planned->result.peak_bytes),
                     planned->result.lower_bound_bytes == 0
@@ -124,6 +162,13 @@ int RunReplay(const Args& args) {
     w.BeginObject();
     w.Key("input").String(input);
     w.Key("plan").String(plan_note);
+    if (self_plan) {
+      w.Key("plan_from").String(
+          whatif::DescribePlanSource(source, perturb.any()));
+    }
+    if (perturb.any()) {
+      w.Key("perturbation").String(whatif::FormatPerturbOptions(perturb));
+    }
     w.Key("backend").String(backend);
     w.Key("events").Uint(result->events);
     w.Key("allocs").Uint(result->allocs);
@@ -154,6 +199,10 @@ int RunReplay(const Args& args) {
                 input.c_str(), static_cast<unsigned long long>(result->events),
                 static_cast<unsigned long long>(result->allocs));
     std::printf("plan           %s\n", plan_note.c_str());
+    if (perturb.any()) {
+      std::printf("perturbed      %s\n",
+                  whatif::FormatPerturbOptions(perturb).c_str());
+    }
     std::printf("peak allocated %s\npeak reserved  %s\nefficiency     %.4f%%\n",
                 FormatBytes(result->peak_requested).c_str(),
                 FormatBytes(result->peak_reserved).c_str(),
