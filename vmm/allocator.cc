@@ -243,24 +243,6 @@ StatusOr<Event> Allocator::TakeEvent() {
 
 void Allocator::ReturnEvent(Event event) { idle_events_.push_back(event); }
 
-bool Allocator::BytesReadySlow(Page& page, uint32_t lo, uint32_t hi,
-                               Stream stream) {
-  std::vector<Fence>& fences = page.fences;
-  for (size_t i = 0; i < fences.size();) {
-    const Fence& f = fences[i];
-    // The stream's own frees are safe for it (stream order); bytes outside
-    // [lo, hi) do not matter to this request.
-    if (f.tag.stream == stream || f.hi <= lo || hi <= f.lo) {
-      ++i;
-      continue;
-    }
-    if (!tracker_.Complete(f.tag)) return false;
-    fences[i] = fences.back();
-    fences.pop_back();
-  }
-  return true;
-}
-
 void Allocator::FenceEveryPage(const std::vector<FreeTag>& tags) {
   const uint32_t g = static_cast<uint32_t>(granularity_);
   for (PageId id = 0; id < pool_.slots(); ++id) {
@@ -270,117 +252,18 @@ void Allocator::FenceEveryPage(const std::vector<FreeTag>& tags) {
   }
 }
 
-Status Allocator::DrainPages(const std::vector<PageId>& pages) {
-  bool pending = tracker_.NeedsWaitForUnmap();
-  for (PageId id : pages) {
-    for (const Fence& f : pool_.page(id).fences) {
-      pending |= !tracker_.Complete(f.tag);
-    }
-  }
-  if (pending) LOOM_RETURN_IF_ERROR(tracker_.WaitForAll());
-  for (PageId id : pages) pool_.page(id).fences.clear();
-  return OkStatus();
-}
-
-int64_t Allocator::Needed(int64_t until) const {
-  // Unknown lifetime (an extra request): it may live for ever, and a static
-  // page lent for ever would make its planned owner miss every iteration.
-  // Only granules the plan never uses qualify.
-  if (until < 0) return StaticRegion::kNever;
-  return std::max<int64_t>(until - matcher_->now(), 0);
-}
-
-bool Allocator::Lendable(uint32_t k, int64_t needed) const {
-  return region_->TimeToNextUse(k, matcher_->now(), matcher_->in_setup()) >=
-         needed;
-}
-
-bool Allocator::Usable(PageId id, uint32_t lo, uint32_t hi, Stream stream,
-                       int64_t until) {
-  Page& page = pool_.page(id);
-  if (page.static_users != 0) return false;
-  // A static page cached in the arena: only as long as its schedule allows,
-  // or its planned owner would find it taken. The pages reserved for the
-  // request being served are always fine.
-  if (page.static_granule != kNoGranule && region_ != nullptr &&
-      std::find(preferred_pages_.begin(), preferred_pages_.end(), id) ==
-          preferred_pages_.end() &&
-      !Lendable(page.static_granule, Needed(until))) {
-    return false;
-  }
-  return BytesReady(page, lo, hi, stream);
-}
-
-void Allocator::PreferPagesOf(const PlannedRequest& entry) {
-  preferred_pages_.clear();
+std::vector<PageId> Allocator::PagesOf(const PlannedRequest& entry) const {
+  std::vector<PageId> pages;
   const uint64_t g = granularity_;
   const uint64_t begin = static_cast<uint64_t>(entry.offset);
   const uint64_t end = begin + entry.size;
   // Only granules the entry covers whole: its edges may be shared.
   for (uint64_t k = (begin + g - 1) / g; (k + 1) * g <= end; ++k) {
     if (k < region_->granule_count()) {
-      preferred_pages_.push_back(region_->page(static_cast<uint32_t>(k)));
+      pages.push_back(region_->page(static_cast<uint32_t>(k)));
     }
   }
-}
-
-StatusOr<PageId> Allocator::Acquire(uint32_t lo, uint32_t hi, Stream stream,
-                                    int64_t until) {
-  // 0. The pages the plan reserved for the request being served.
-  while (!preferred_pages_.empty()) {
-    PageId id = preferred_pages_.back();
-    preferred_pages_.pop_back();
-    Page& p = pool_.page(id);
-    if (p.arena_granule == kNoGranule && p.static_users == 0 &&
-        BytesReady(p, lo, hi, stream)) {
-      return id;
-    }
-  }
-  // 1. A spare page: in the pool, mapped nowhere.
-  for (PageId id = 0; id < pool_.slots(); ++id) {
-    Page& p = pool_.page(id);
-    if (p.live && p.static_granule == kNoGranule &&
-        p.arena_granule == kNoGranule && BytesReady(p, lo, hi, stream)) {
-      return id;
-    }
-  }
-  // 2. An idle static page whose next planned use is far enough away.
-  PageId best = kNoPage;
-  int64_t best_distance = -1;
-  if (region_ != nullptr) {
-    const int64_t now = matcher_->now();
-    const int64_t needed = Needed(until);
-    for (uint32_t k = 0; k < region_->granule_count(); ++k) {
-      PageId id = region_->page(k);
-      Page& p = pool_.page(id);
-      if (p.arena_granule != kNoGranule || p.static_users != 0) continue;
-      int64_t distance = region_->TimeToNextUse(k, now, matcher_->in_setup());
-      if (distance <= best_distance || !BytesReady(p, lo, hi, stream)) {
-        continue;
-      }
-      best = id;
-      best_distance = distance;
-    }
-    if (best != kNoPage && best_distance >= needed) return best;
-  }
-  // 3. A new page.
-  StatusOr<PageId> grown = pool_.Grow();
-  if (grown.ok()) {
-    UpdateReserved();
-    return grown;
-  }
-  // Out of memory (cap or device). 4. A spare page cached idle in another
-  // arena granule: remapping costs driver calls (so it comes after growing,
-  // which a repeating workload stops needing once warm).
-  // The page moves to another address: every fence on it, the stream's own
-  // included, must be complete first (waited for if need be).
-  StatusOr<PageId> reclaimed = arena_->ReclaimIdle(
-      [&](PageId id) { return pool_.page(id).static_granule == kNoGranule; },
-      [&](PageId id) { return DrainPages({id}); });
-  if (reclaimed.ok()) return reclaimed;
-  // 5. Any idle static page: its planned owner may have to go elsewhere.
-  if (best != kNoPage) return best;
-  return grown.status();
+  return pages;
 }
 
 StatusOr<DevicePtr> Allocator::Allocate(uint64_t size, Stream stream) {
@@ -440,10 +323,9 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
         ++iteration_misses_;
         // The entry's own pages are idle for the lifetime this request takes
         // over (the plan reserved them for it): map them first.
-        PreferPagesOf(*match.entry);
         ptr = AllocateInArena(size, stream,
-                              match.prologue ? -1 : match.entry->end);
-        preferred_pages_.clear();
+                              match.prologue ? -1 : match.entry->end,
+                              PagesOf(*match.entry));
       }
     }
   } else {
@@ -470,7 +352,7 @@ std::optional<DevicePtr> Allocator::TryStatic(const PlannedRequest& entry,
   if (!region_->TryOccupy(offset, size,
                           [&](Page& page, uint32_t lo, uint32_t hi) {
                             return page.arena_users == 0 &&
-                                   BytesReady(page, lo, hi, stream);
+                                   FencesAllow(page, lo, hi, stream, tracker_);
                           })) {
     return std::nullopt;
   }
@@ -478,13 +360,28 @@ std::optional<DevicePtr> Allocator::TryStatic(const PlannedRequest& entry,
 }
 
 StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
-                                               int64_t until) {
-  StatusOr<DevicePtr> ptr = arena_->Allocate(size, stream, until, *this);
+                                               int64_t until,
+                                               std::vector<PageId> preferred) {
+  RequestContext context;
+  context.stream = stream;
+  context.until = until;
+  if (matcher_ != nullptr) {
+    context.now = matcher_->now();
+    context.in_setup = matcher_->in_setup();
+  }
+  context.preferred = std::move(preferred);
+  LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), context,
+                       [this] { UpdateReserved(); });
+  StatusOr<DevicePtr> ptr = arena_->Allocate(size, stream, until, policy);
   if (!ptr.ok() && ptr.status().code() == StatusCode::kOutOfMemory) {
     // Release what is cached and try once more (PyTorch's OOM retry).
     ++stats_.num_alloc_retries;
     Status released = EmptyCacheLocked();
-    if (released.ok()) ptr = arena_->Allocate(size, stream, until, *this);
+    if (released.ok()) {
+      LendingPolicy retry(pool_, tracker_, *arena_, region_.get(),
+                          std::move(context), [this] { UpdateReserved(); });
+      ptr = arena_->Allocate(size, stream, until, retry);
+    }
   }
   UpdateReserved();
   stats_.arena_mapped_bytes = arena_->mapped_granules() * granularity_;
@@ -603,90 +500,6 @@ Status Allocator::RecordStream(DevicePtr ptr, Stream stream) {
   return OkStatus();
 }
 
-void Allocator::IterationBegin(uint64_t number) {
-  std::lock_guard<FutexMutex> lock(mu_);
-  Record(plan::Event::IterationBegin(number));
-  if (stats_.iterations > 0 && iteration_hits_ + iteration_misses_ > 0) {
-    stats_.last_iteration_hit_rate = static_cast<double>(iteration_hits_) /
-                                     (iteration_hits_ + iteration_misses_);
-  }
-  iteration_hits_ = 0;
-  iteration_misses_ = 0;
-  ++stats_.iterations;
-  if (matcher_ != nullptr) matcher_->IterationBegin();
-}
-
-void Allocator::IterationEnd(uint64_t number) {
-  std::lock_guard<FutexMutex> lock(mu_);
-  Record(plan::Event::IterationEnd(number));
-}
-
-void Allocator::Phase(std::string_view name) {
-  std::lock_guard<FutexMutex> lock(mu_);
-  if (recording_) Record(plan::Event::Phase(trace_.InternName(name)));
-}
-
-void Allocator::ModuleEnter(std::string_view name, bool dynamic) {
-  std::lock_guard<FutexMutex> lock(mu_);
-  if (recording_)
-    Record(plan::Event::ModuleEnter(trace_.InternName(name), dynamic));
-  if (!dynamic) return;
-  dynamic_modules_.emplace_back(name);
-  window_ = nullptr;
-  if (plan_ != nullptr) {
-    for (const DynamicWindow& w : plan_->windows) {
-      if (w.module == name) window_ = &w;
-    }
-  }
-}
-
-void Allocator::ModuleExit(std::string_view name) {
-  std::lock_guard<FutexMutex> lock(mu_);
-  if (recording_) Record(plan::Event::ModuleExit(trace_.InternName(name)));
-  auto it = std::find(dynamic_modules_.rbegin(), dynamic_modules_.rend(), name);
-  if (it == dynamic_modules_.rend()) return;
-  dynamic_modules_.erase(std::next(it).base());
-  window_ = nullptr;
-  if (plan_ != nullptr && !dynamic_modules_.empty()) {
-    for (const DynamicWindow& w : plan_->windows) {
-      if (w.module == dynamic_modules_.back()) window_ = &w;
-    }
-  }
-}
-
-void Allocator::Record(const plan::Event& event) {
-  if (!recording_) return;
-  if (trace_.events.size() >= options_.record_capacity) {
-    stats_.trace_truncated = true;
-    return;
-  }
-  trace_.events.push_back(event);
-  stats_.trace_events = trace_.events.size();
-}
-
-plan::Trace Allocator::TakeTrace() {
-  std::lock_guard<FutexMutex> lock(mu_);
-  plan::Trace out = std::move(trace_);
-  trace_ = plan::Trace();
-  trace_.header = out.header;
-  trace_.names = out.names;  // later events keep using the same name ids
-  if (recording_) trace_.events.reserve(options_.record_capacity);
-  return out;
-}
-
-plan::Trace Allocator::RecordedTrace() const {
-  std::lock_guard<FutexMutex> lock(mu_);
-  return trace_;
-}
-
-void Allocator::StopRecording() {
-  std::lock_guard<FutexMutex> lock(mu_);
-  recording_ = false;
-  plan::Trace empty;
-  empty.header = trace_.header;
-  trace_ = std::move(empty);
-}
-
 Status Allocator::EmptyCache() {
   std::lock_guard<FutexMutex> lock(mu_);
   tracker_.NewCall();
@@ -721,224 +534,6 @@ Status Allocator::EmptyCacheLocked() {
   UpdateReserved();
   stats_.arena_mapped_bytes = arena_->mapped_granules() * granularity_;
   return result;
-}
-
-Allocator::GraphPool* Allocator::PoolFor(Stream stream) const {
-  for (const std::unique_ptr<GraphPool>& pool : pools_) {
-    if (pool->open && pool->filter(stream)) return pool.get();
-  }
-  return nullptr;
-}
-
-StatusOr<DevicePtr> Allocator::AllocatePooled(GraphPool& pool, uint64_t size,
-                                              Stream stream) {
-  uint64_t block = 0;
-  LOOM_ASSIGN_OR_RETURN(DevicePtr ptr,
-                        AllocateInPool(pool, size, stream, &block));
-  live_.Insert(ptr, Allocation{size, stream, Where::kArena, true, 0});
-  pool_allocations_[ptr] = PoolAllocation{&pool, block};
-  ++pool.live;
-  stats_.allocated_bytes.Increase(size);
-  stats_.active_bytes.Increase(size);
-  stats_.allocation.Increase(1);
-  stats_.dynamic_bytes.Increase(size);
-  return ptr;
-}
-
-StatusOr<DevicePtr> Allocator::AllocateInPool(GraphPool& pool, uint64_t size,
-                                              Stream stream, uint64_t* block) {
-  // The smallest free block of the pool that fits (its kernels follow the
-  // graph's order, so the pool's own memory is reused without a fence).
-  size_t best = pool.free_blocks.size();
-  for (size_t i = 0; i < pool.free_blocks.size(); ++i) {
-    const uint64_t b = pool.free_blocks[i].second;
-    if (b >= size && (best == pool.free_blocks.size() ||
-                      b < pool.free_blocks[best].second)) {
-      best = i;
-    }
-  }
-  if (best != pool.free_blocks.size()) {
-    const auto [ptr, b] = pool.free_blocks[best];
-    pool.free_blocks[best] = pool.free_blocks.back();
-    pool.free_blocks.pop_back();
-    stats_.graph_pool_bytes -= b;
-    *block = b;
-    // The arena still counts the block live; it serves this request now.
-    return ptr;
-  }
-  LOOM_ASSIGN_OR_RETURN(DevicePtr ptr, AllocateInArena(size, stream, -1));
-  *block = RoundUp(size, kArenaAlignment);
-  return ptr;
-}
-
-void Allocator::ReturnPoolBlock(DevicePtr ptr, uint64_t block) {
-  // A replay of the graph may still be queued on any stream it ran on: every
-  // stream's work before now must be done before another stream reuses the
-  // block (each stream's own later work is ordered after it anyway).
-  std::vector<FreeTag> tags = tracker_.ReleasedEverywhere();
-  arena_->Free(ptr, block, tags);
-}
-
-void Allocator::ForgetPoolIfDone(GraphPool* pool) {
-  if (!pool->released || pool->live != 0) return;
-  for (size_t i = 0; i < pools_.size(); ++i) {
-    if (pools_[i].get() == pool) {
-      pools_.erase(pools_.begin() + i);
-      return;
-    }
-  }
-}
-
-Status Allocator::BeginAllocateToPool(PoolId id,
-                                      std::function<bool(Stream)> filter) {
-  std::lock_guard<FutexMutex> lock(mu_);
-  if (!filter) return InvalidArgumentError("pool ({}, {}): no stream filter",
-                                           id.first, id.second);
-  GraphPool* pool = nullptr;
-  for (const std::unique_ptr<GraphPool>& p : pools_) {
-    if (p->id == id && !p->released) pool = p.get();
-  }
-  if (pool == nullptr) {
-    pools_.push_back(std::make_unique<GraphPool>());
-    pool = pools_.back().get();
-    pool->id = id;
-  }
-  if (!pool->open) ++open_pools_;
-  pool->open = true;
-  pool->filter = std::move(filter);
-  return OkStatus();
-}
-
-Status Allocator::EndAllocateToPool(PoolId id) {
-  std::lock_guard<FutexMutex> lock(mu_);
-  for (const std::unique_ptr<GraphPool>& p : pools_) {
-    if (p->id == id && !p->released) {
-      if (p->open) --open_pools_;
-      p->open = false;
-      return OkStatus();
-    }
-  }
-  return InvalidArgumentError("end of allocation to unknown pool ({}, {})",
-                              id.first, id.second);
-}
-
-Status Allocator::ReleasePool(PoolId id) {
-  std::lock_guard<FutexMutex> lock(mu_);
-  tracker_.NewCall();
-  for (const std::unique_ptr<GraphPool>& p : pools_) {
-    if (p->id != id || p->released) continue;
-    if (p->open) --open_pools_;
-    p->open = false;
-    p->released = true;
-    for (const auto& [ptr, block] : p->free_blocks) {
-      ReturnPoolBlock(ptr, block);
-      stats_.graph_pool_bytes -= block;
-    }
-    p->free_blocks.clear();
-    ForgetPoolIfDone(p.get());
-    return OkStatus();
-  }
-  return InvalidArgumentError("release of unknown pool ({}, {})", id.first,
-                              id.second);
-}
-
-AllocatorStats Allocator::stats() const {
-  std::lock_guard<FutexMutex> lock(mu_);
-  AllocatorStats out = stats_;
-  out.stream_events = tracker_.events_recorded();
-  out.device_syncs = tracker_.device_syncs();
-  out.driver_calls = driver_.all_calls();
-  return out;
-}
-
-void Allocator::ResetPeakStats() {
-  std::lock_guard<FutexMutex> lock(mu_);
-  for (Stat* s : {&stats_.allocated_bytes, &stats_.active_bytes,
-                  &stats_.reserved_bytes, &stats_.allocation, &stats_.segment,
-                  &stats_.static_bytes, &stats_.dynamic_bytes}) {
-    s->ResetPeak();
-  }
-  pool_.ResetPeak();
-}
-
-std::vector<PhysicalExtent> Allocator::ExtentsLocked(
-    DevicePtr ptr, const Allocation& a) const {
-  // Both the region and the arena start on a granule boundary.
-  std::vector<PhysicalExtent> out;
-  const uint64_t size =
-      a.where == Where::kArena ? RoundUp(a.size, kArenaAlignment) : a.size;
-  const DevicePtr end = ptr + size;
-  for (DevicePtr cursor = ptr; cursor < end;) {
-    const DevicePtr granule_start = cursor - cursor % granularity_;
-    const DevicePtr piece_end = std::min(end, granule_start + granularity_);
-    const PageId page =
-        a.where == Where::kStatic
-            ? region_->page(static_cast<uint32_t>(
-                  (granule_start - region_->base()) / granularity_))
-            : arena_->PageAt(granule_start);
-    out.push_back(
-        PhysicalExtent{page, static_cast<uint32_t>(cursor - granule_start),
-                       static_cast<uint32_t>(piece_end - granule_start)});
-    cursor = piece_end;
-  }
-  return out;
-}
-
-std::vector<std::pair<DevicePtr, uint64_t>> Allocator::MappedRanges() const {
-  std::lock_guard<FutexMutex> lock(mu_);
-  std::vector<std::pair<DevicePtr, uint64_t>> out = arena_->MappedRanges();
-  if (region_ != nullptr) out.emplace_back(region_->base(), region_->bytes());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<PhysicalExtent> Allocator::PhysicalExtents(DevicePtr ptr) const {
-  std::lock_guard<FutexMutex> lock(mu_);
-  const Allocation* found = live_.Find(ptr);
-  if (found == nullptr) return {};
-  return ExtentsLocked(ptr, *found);
-}
-
-void Allocator::CheckInvariants() const {
-  std::lock_guard<FutexMutex> lock(mu_);
-  arena_->CheckInvariants();
-  if (region_ != nullptr) region_->CheckInvariants();
-  // No physical byte serves two live (or pending) allocations.
-  std::vector<std::tuple<PageId, uint32_t, uint32_t, DevicePtr>> pieces;
-  auto collect = [&](DevicePtr ptr, const Allocation& a) {
-    for (const PhysicalExtent& e : ExtentsLocked(ptr, a)) {
-      pieces.emplace_back(e.page, e.lo, e.hi, ptr);
-    }
-  };
-  uint64_t live_bytes = 0;
-  live_.ForEach([&](DevicePtr ptr, const Allocation& a) {
-    collect(ptr, a);
-    live_bytes += a.size;
-  });
-  uint64_t pending_bytes = 0;
-  for (const PendingFree& p : pending_) {
-    collect(p.ptr, p.allocation);
-    pending_bytes += p.allocation.size;
-  }
-  std::sort(pieces.begin(), pieces.end());
-  for (size_t i = 1; i < pieces.size(); ++i) {
-    const auto& [page_a, lo_a, hi_a, ptr_a] = pieces[i - 1];
-    const auto& [page_b, lo_b, hi_b, ptr_b] = pieces[i];
-    LOOM_CHECK(page_a != page_b || hi_a <= lo_b,
-               "allocations {:#x} and {:#x} share bytes [{}, {}) of page {}",
-               ptr_a, ptr_b, lo_b, std::min(hi_a, hi_b), page_a);
-  }
-  LOOM_CHECK_EQ(live_bytes, stats_.allocated_bytes.current);
-  LOOM_CHECK_EQ(live_bytes + pending_bytes, stats_.active_bytes.current);
-  LOOM_CHECK_EQ(pool_.bytes(), stats_.reserved_bytes.current);
-  for (PageId id = 0; id < pool_.slots(); ++id) {
-    const Page& p = pool_.page(id);
-    if (!p.live) continue;
-    LOOM_CHECK(p.static_users == 0 || p.arena_users == 0,
-               "page {} serves static and arena allocations at once", id);
-    LOOM_CHECK(p.static_users == 0 || p.static_granule != kNoGranule);
-    LOOM_CHECK(p.arena_users == 0 || p.arena_granule != kNoGranule);
-  }
 }
 
 }  // namespace loom::vmm

@@ -46,6 +46,7 @@
 #include "vmm/arena.h"
 #include "vmm/driver.h"
 #include "vmm/flat_map.h"
+#include "vmm/lending_policy.h"
 #include "vmm/futex_mutex.h"
 #include "vmm/matcher.h"
 #include "vmm/page_pool.h"
@@ -78,13 +79,13 @@ struct PhysicalExtent {
   uint32_t hi;
 };
 
-class Allocator : public Arena::PagePolicy {
+class Allocator {
  public:
   static StatusOr<std::unique_ptr<Allocator>> Create(Driver& driver,
                                                      AllocatorOptions options);
   // Releases everything. REQUIRES: no live allocation (live ones are leaked
   // to the driver's bookkeeping and reported).
-  ~Allocator() override;
+  ~Allocator();
 
   // Installs a plan: builds the static region (from idle pages first). Live
   // allocations stay valid where they are. FAILED_PRECONDITION if a plan is
@@ -146,11 +147,6 @@ class Allocator : public Arena::PagePolicy {
   // sharing a physical byte.
   void CheckInvariants() const;
 
-  // Arena::PagePolicy (called with mu_ held).
-  bool Usable(PageId page, uint32_t lo, uint32_t hi, Stream stream,
-              int64_t until) override;
-  StatusOr<PageId> Acquire(uint32_t lo, uint32_t hi, Stream stream,
-                           int64_t until) override;
 
  private:
   enum class Where : uint8_t { kStatic, kArena };
@@ -193,15 +189,14 @@ class Allocator : public Arena::PagePolicy {
   // The planned range if it can be handed out now (the safety check).
   std::optional<DevicePtr> TryStatic(const PlannedRequest& entry, uint64_t size,
                                      Stream stream);
-  // Iteration time still needed from a static page for a request expected
-  // to end at `until` (-1: unknown: StaticRegion::kNever).
-  int64_t Needed(int64_t until) const;
-  // True if static granule `k` may be lent for that long.
-  bool Lendable(uint32_t k, int64_t needed) const;
-  // Makes Acquire offer the pages of `entry`'s planned range first.
-  void PreferPagesOf(const PlannedRequest& entry);
+  // The pages of the static granules `entry`'s planned range covers whole.
+  std::vector<PageId> PagesOf(const PlannedRequest& entry) const;
+  // Serves a request from the arena, its pages chosen by a LendingPolicy
+  // (lending_policy.h) for this request: expected to end at iteration time
+  // `until` (-1: unknown), `preferred` pages first.
   StatusOr<DevicePtr> AllocateInArena(uint64_t size, Stream stream,
-                                      int64_t until);
+                                      int64_t until,
+                                      std::vector<PageId> preferred = {});
   // The open pool whose filter accepts `stream`, or null.
   GraphPool* PoolFor(Stream stream) const;
   // A request of an open graph pool, recorded as live (kept out of the hot
@@ -219,15 +214,10 @@ class Allocator : public Arena::PagePolicy {
                   const FreeTag& tag);
   void ProcessPendingFrees();
   Status EmptyCacheLocked();
-  // True when `stream` may use bytes [lo, hi) of `page` now: no other
-  // stream's free there is still incomplete. Forgets complete fences.
-  bool BytesReady(Page& page, uint32_t lo, uint32_t hi, Stream stream) {
-    return page.fences.empty() || BytesReadySlow(page, lo, hi, stream);
+  // Before `pages` are unmapped or remapped (lending_policy.h).
+  Status DrainPages(const std::vector<PageId>& pages) {
+    return DrainFences(pool_, tracker_, pages);
   }
-  bool BytesReadySlow(Page& page, uint32_t lo, uint32_t hi, Stream stream);
-  // Before `pages` are unmapped or remapped: waits until no queued work may
-  // still touch them (every fence complete), then forgets their fences.
-  Status DrainPages(const std::vector<PageId>& pages);
   // A stream is used by a request: on the switch to several streams, fences
   // every page with what the first stream freed so far.
   void UseStream(Stream stream) {
@@ -257,7 +247,6 @@ class Allocator : public Arena::PagePolicy {
   std::vector<PendingFree> pending_;
   std::vector<Event> idle_events_;
   StreamTracker tracker_;
-  std::vector<PageId> preferred_pages_;                 // per call
   std::vector<std::unique_ptr<GraphPool>> pools_;
   std::unordered_map<DevicePtr, PoolAllocation> pool_allocations_;
   size_t open_pools_ = 0;

@@ -1,0 +1,92 @@
+// The allocator's markers and recording (record mode's trace).
+#include <algorithm>
+
+#include "vmm/allocator.h"
+
+namespace loom::vmm {
+
+void Allocator::IterationBegin(uint64_t number) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  Record(plan::Event::IterationBegin(number));
+  if (stats_.iterations > 0 && iteration_hits_ + iteration_misses_ > 0) {
+    stats_.last_iteration_hit_rate = static_cast<double>(iteration_hits_) /
+                                     (iteration_hits_ + iteration_misses_);
+  }
+  iteration_hits_ = 0;
+  iteration_misses_ = 0;
+  ++stats_.iterations;
+  if (matcher_ != nullptr) matcher_->IterationBegin();
+}
+
+void Allocator::IterationEnd(uint64_t number) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  Record(plan::Event::IterationEnd(number));
+}
+
+void Allocator::Phase(std::string_view name) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  if (recording_) Record(plan::Event::Phase(trace_.InternName(name)));
+}
+
+void Allocator::ModuleEnter(std::string_view name, bool dynamic) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  if (recording_)
+    Record(plan::Event::ModuleEnter(trace_.InternName(name), dynamic));
+  if (!dynamic) return;
+  dynamic_modules_.emplace_back(name);
+  window_ = nullptr;
+  if (plan_ != nullptr) {
+    for (const DynamicWindow& w : plan_->windows) {
+      if (w.module == name) window_ = &w;
+    }
+  }
+}
+
+void Allocator::ModuleExit(std::string_view name) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  if (recording_) Record(plan::Event::ModuleExit(trace_.InternName(name)));
+  auto it = std::find(dynamic_modules_.rbegin(), dynamic_modules_.rend(), name);
+  if (it == dynamic_modules_.rend()) return;
+  dynamic_modules_.erase(std::next(it).base());
+  window_ = nullptr;
+  if (plan_ != nullptr && !dynamic_modules_.empty()) {
+    for (const DynamicWindow& w : plan_->windows) {
+      if (w.module == dynamic_modules_.back()) window_ = &w;
+    }
+  }
+}
+
+void Allocator::Record(const plan::Event& event) {
+  if (!recording_) return;
+  if (trace_.events.size() >= options_.record_capacity) {
+    stats_.trace_truncated = true;
+    return;
+  }
+  trace_.events.push_back(event);
+  stats_.trace_events = trace_.events.size();
+}
+
+plan::Trace Allocator::TakeTrace() {
+  std::lock_guard<FutexMutex> lock(mu_);
+  plan::Trace out = std::move(trace_);
+  trace_ = plan::Trace();
+  trace_.header = out.header;
+  trace_.names = out.names;  // later events keep using the same name ids
+  if (recording_) trace_.events.reserve(options_.record_capacity);
+  return out;
+}
+
+plan::Trace Allocator::RecordedTrace() const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  return trace_;
+}
+
+void Allocator::StopRecording() {
+  std::lock_guard<FutexMutex> lock(mu_);
+  recording_ = false;
+  plan::Trace empty;
+  empty.header = trace_.header;
+  trace_ = std::move(empty);
+}
+
+}  // namespace loom::vmm
