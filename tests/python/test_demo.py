@@ -1,19 +1,14 @@
-"""`loom demo` end to end (needs the built loom_tool)."""
+"""`loom demo` and `loom what-if` end to end (they need the built loom_tool:
+the `loom_tool` fixture fails the test when it is not built)."""
 
 import json
 import subprocess
 import sys
 
-import pytest
-
 from loom import _paths
 
 
-def test_demo_prints_every_allocator_and_writes_pictures(tmp_path):
-    try:
-        _paths.loom_tool()
-    except _paths.NotBuiltError as error:
-        pytest.skip(f"loom_tool is not built: {error}")
+def test_demo_prints_every_allocator_and_writes_pictures(tmp_path, loom_tool):
     env = {"PYTHONPATH": str(_paths.PACKAGE_DIR.parent)}
     result = subprocess.run(
         [sys.executable, "-m", "loom", "demo", "--out", str(tmp_path),
@@ -29,11 +24,7 @@ def test_demo_prints_every_allocator_and_writes_pictures(tmp_path):
         assert png.stat().st_size > 50_000
 
 
-def test_demo_json_rows(tmp_path):
-    try:
-        _paths.loom_tool()
-    except _paths.NotBuiltError as error:
-        pytest.skip(f"loom_tool is not built: {error}")
+def test_demo_json_rows(tmp_path, loom_tool):
     env = {"PYTHONPATH": str(_paths.PACKAGE_DIR.parent)}
     result = subprocess.run(
         [sys.executable, "-m", "loom", "demo", "--out", str(tmp_path), "--json",
@@ -50,11 +41,7 @@ def test_demo_json_rows(tmp_path):
     assert loom["counters"]["plan_misses"] == 0
 
 
-def test_what_if_on_a_real_snapshot(tmp_path):
-    try:
-        _paths.loom_tool()
-    except _paths.NotBuiltError as error:
-        pytest.skip(f"loom_tool is not built: {error}")
+def test_what_if_on_a_real_snapshot(tmp_path, loom_tool):
     snapshot = (_paths.REPO_ROOT / "bench" / "data" / "pytorch_snapshots" /
                 "raw" / "magma27_small_ctx256_b32_fwd_bwd.pickle")
     env = {"PYTHONPATH": str(_paths.PACKAGE_DIR.parent)}

@@ -12,11 +12,15 @@ README = "bench/data/minimalloc/examples/input.12.csv"
 CHALLENGING_C = "bench/data/minimalloc/challenging/C.1048576.csv"
 
 
-def _tool_or_skip():
+def _tool():
+    """loom_tool's path; the test fails (it does not skip) when loom_tool is
+    not built."""
     try:
         return _paths.loom_tool()
     except _paths.NotBuiltError as error:
-        pytest.skip(f"loom_tool is not built: {error}")
+        pytest.fail(f"loom_tool is not built ({error}); run `bazel build "
+                    f"//cli:loom_tool //torch_plugin:libloom.so`",
+                    pytrace=False)
 
 
 def run_loom(*args):
@@ -27,7 +31,7 @@ def run_loom(*args):
 
 
 def test_plan_writes_a_plan_and_offsets_that_verify(tmp_path):
-    _tool_or_skip()
+    _tool()
     plan, offsets = tmp_path / "r.plan", tmp_path / "r.csv"
     result = run_loom("plan", README, "-o", plan, "--offsets", offsets, "--json")
     assert result.returncode == 0, result.stderr
@@ -49,7 +53,7 @@ def test_plan_writes_a_plan_and_offsets_that_verify(tmp_path):
 
 
 def test_verify_names_a_planted_overlap(tmp_path):
-    _tool_or_skip()
+    _tool()
     offsets = tmp_path / "bad.csv"
     # b4 lives [9, 21) and b5 [0, 21) at offset 0: b4 at 2 meets b5.
     offsets.write_text("id,lower,upper,size,offset\n"
@@ -65,7 +69,7 @@ def test_verify_names_a_planted_overlap(tmp_path):
 
 
 def test_capacity_mode_and_show(tmp_path):
-    _tool_or_skip()
+    _tool()
     result = run_loom("plan", README, "--capacity", 11)
     assert result.returncode == 1
     assert "does not fit in 11 bytes" in result.stderr
@@ -82,7 +86,7 @@ def test_capacity_mode_and_show(tmp_path):
 
 
 def test_corrupt_plan_is_rejected(tmp_path):
-    _tool_or_skip()
+    _tool()
     plan = tmp_path / "r.plan"
     assert run_loom("plan", README, "-o", plan).returncode == 0
     data = bytearray(plan.read_bytes())
@@ -95,7 +99,7 @@ def test_corrupt_plan_is_rejected(tmp_path):
 
 
 def test_cyclic_plan_with_dynamic_windows(tmp_path):
-    _tool_or_skip()
+    _tool()
     plan = tmp_path / "cyclic.plan"
     # Period 21: the README instance replayed; window [9, 21) named moe.
     result = run_loom("plan", README, "--period", 21, "--windows",

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from loom import snapshot
-from loom import snapshot_export
-from loom import snapshot_import
-from loom import trace_text
+from loom.tools import snapshot
+from loom.tools import snapshot_export
+from loom.tools import snapshot_import
+from loom.tools import trace as loom_trace
 
 REPO = Path(__file__).resolve().parents[2]
 RAW = REPO / "bench" / "data" / "pytorch_snapshots" / "raw"
@@ -50,20 +50,20 @@ def real(request, tmp_path_factory):
         raw = _Strict(source).load()
     result = snapshot_import.import_snapshot(path)
     out = tmp_path_factory.mktemp("real") / f"{request.param}.ltt"
-    trace_text.write_trace(result.trace, out)
-    return request.param, path, raw, result, trace_text.read_trace(out)
+    loom_trace.write_trace(result.trace, out)
+    return request.param, path, raw, result, loom_trace.read_trace(out)
 
 
 def _trace_figures(trace):
     """(allocs, frees, peak live bytes, {id: size} live at the end)."""
     live, allocs, frees, current, peak = {}, 0, 0, 0, 0
     for event in trace.events:
-        if event.kind == trace_text.ALLOC:
+        if event.kind == loom_trace.ALLOC:
             allocs += 1
             live[event.id] = event.size
             current += event.size
             peak = max(peak, current)
-        elif event.kind == trace_text.FREE:
+        elif event.kind == loom_trace.FREE:
             frees += 1
             current -= live.pop(event.id)
     return allocs, frees, peak, live

@@ -201,12 +201,7 @@ def test_run_reports_failures_and_budget(tmp_path):
         table.make_table(lines)
 
 
-def test_fidelity_on_a_real_snapshot(tmp_path):
-    from loom import _paths  # pylint: disable=import-outside-toplevel
-    try:
-        _paths.loom_tool()
-    except _paths.NotBuiltError as error:
-        pytest.skip(f"loom_tool is not built: {error}")
+def test_fidelity_on_a_real_snapshot(tmp_path, loom_tool):
     real_reserved = 14_180_941_824  # PyTorch's, at the dump (README)
     _, lines = run_compare(
         tmp_path, "--models", "gpt2_interleaved", "--allocators", "torch",

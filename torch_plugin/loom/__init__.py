@@ -5,6 +5,11 @@
     ...
     loom.watch(optimizer)             # or loom.step() after each iteration
 
+This package is the run-time plugin (enable, modes, markers, stats, the
+hand-over to PyTorch). The offline tools (snapshot import and export, plots,
+the command line) are the subpackage `loom.tools`, imported only when used
+(export_snapshot and import_snapshot below load it on first call).
+
 The package imports torch lazily (only loom.enable() with the CUDA backend
 and loom.pool() need it): everything else (trace import, analysis,
 planning, comparison, the command line, and the whole allocator on the host
@@ -16,10 +21,7 @@ __version__ = "0.1.0"
 
 import contextlib
 
-# Snapshot import/export: pure Python (stdlib only), no torch.
-from loom import snapshot_export as _snapshot_export
-from loom.snapshot_import import import_snapshot  # noqa: F401
-
+from loom import _state
 from loom import config as _config
 from loom import control as _control
 from loom.errors import LoomError  # noqa: F401
@@ -53,7 +55,7 @@ def pool(device=None, **options):
     release a pool's segments; keep tensors made in the pool from outliving
     it. `options` configure loom (backend, cap, fraction) on first use."""
     from loom import _torch  # pylint: disable=import-outside-toplevel
-    session = _control.current()
+    session = _state.current()
     if session is None:
         _torch.pool_torch()
         config = _config.parse_config("pool", ".loom", None, device,
@@ -66,12 +68,23 @@ def pool(device=None, **options):
         yield mem_pool
 
 
+def import_snapshot(path, device=None):
+    """Converts a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot
+    pickle, loaded with a restricted unpickler) to a loom trace: returns a
+    loom.tools.snapshot_import.ImportResult (`.trace`, `.addresses`, ...).
+    `device`: the device to import (default: the one with most entries)."""
+    # pylint: disable-next=import-outside-toplevel
+    from loom.tools import snapshot_import
+    return snapshot_import.import_snapshot(path, device)
+
+
 def export_snapshot(trace=None, path=None, addresses=None, granularity=None,
                     segment_mode="alloc"):
     """Writes a PyTorch memory-snapshot pickle (for pytorch.org/memory_viz).
 
-    export_snapshot(trace, path, ...): `trace` is a trace_text.Trace or the
-    path of a text trace (see loom.snapshot_export).
+    export_snapshot(trace, path, ...): `trace` is a loom.tools.trace.Trace
+    or the path of a trace file, either form (see
+    loom.tools.snapshot_export).
     export_snapshot(path): the current run, as recorded so far (record or
     auto mode). The trace holds no addresses, so blocks are laid out first
     fit unless `addresses` ({request id: address}) are given."""
@@ -79,24 +92,28 @@ def export_snapshot(trace=None, path=None, addresses=None, granularity=None,
         if trace is None:
             raise LoomError("export_snapshot: give the output path")
         return _export_current(trace, addresses, granularity, segment_mode)
-    return _snapshot_export.export_snapshot(trace, path, addresses,
-                                            granularity, segment_mode)
+    # pylint: disable-next=import-outside-toplevel
+    from loom.tools import snapshot_export
+    return snapshot_export.export_snapshot(trace, path, addresses,
+                                           granularity, segment_mode)
 
 
 def _export_current(path, addresses, granularity, segment_mode):
     import os  # pylint: disable=import-outside-toplevel
     import tempfile  # pylint: disable=import-outside-toplevel
-    session = _control.require("loom.export_snapshot(path)")
+    # pylint: disable-next=import-outside-toplevel
+    from loom.tools import snapshot_export
+    session = _state.require("loom.export_snapshot(path)")
     if session.config.record_events == 0:
         raise LoomError("loom.export_snapshot(path): this run records no "
                         "trace (enable loom with mode='record' or 'auto', or "
                         "record_events=N)")
-    handle, text = tempfile.mkstemp(prefix=".export-", suffix=".ltt",
+    handle, copy = tempfile.mkstemp(prefix=".export-", suffix=".ltb",
                                     dir=session.config.workdir)
     os.close(handle)
     try:
-        session.native.write_trace(session.device, text)
-        return _snapshot_export.export_snapshot(text, path, addresses,
-                                                granularity, segment_mode)
+        session.native.write_trace(session.device, copy)
+        return snapshot_export.export_snapshot(copy, path, addresses,
+                                               granularity, segment_mode)
     finally:
-        os.unlink(text)
+        os.unlink(copy)

@@ -2,7 +2,7 @@
 
 import sys
 
-from loom.cli import main
+from loom.tools.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,10 +5,21 @@ handle to PyTorch's CUDAPluggableAllocator, so both talk to one allocator).
 Calls that return a status code raise `NativeError` with libloom's message
 (`loom_last_error()` is per thread, and is read on the calling thread right
 after the failing call). No torch here.
+
+Two halves, as in the header:
+  - the run-time allocator (configure, markers, plans, stats), used by
+    loom.enable();
+  - the offline tools (plan a trace, fingerprint it, read, build and write
+    trace files), used by the auto-mode planner and loom.tools. They need no
+    settings and never configure or create an allocator, so loading libloom
+    for them leaves enable() free to configure it later.
 """
 
+import array
+import contextlib
 import ctypes
 import json
+import os
 import threading
 
 from loom import _paths
@@ -23,6 +34,12 @@ STATUS_NAMES = {
 
 _c_char_p, _c_int, _c_void_p = ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p
 _c_longlong, _c_size_t = ctypes.c_longlong, ctypes.c_size_t
+_c_ull = ctypes.c_ulonglong
+_ull_p = ctypes.POINTER(_c_ull)
+
+# Values per event record of the trace handles (LOOM_TRACE_FIELDS): kind,
+# flags, device, name index, id, size, stream.
+TRACE_FIELDS = 7
 
 # name -> (restype, argtypes), exactly as declared in loom_c_api.h.
 _SIGNATURES = {
@@ -50,6 +67,24 @@ _SIGNATURES = {
     "loom_shutdown": (_c_int, []),
     "loom_last_error": (_c_char_p, []),
     "loom_version": (_c_char_p, []),
+    # Offline tools.
+    "loom_plan_trace": (_c_int, [_c_char_p, _c_char_p, _c_char_p]),
+    "loom_fingerprint_trace": (_c_int, [_c_char_p]),
+    "loom_last_result": (_c_char_p, []),
+    "loom_trace_new": (_c_void_p, [_c_int, _c_ull, _c_char_p]),
+    "loom_trace_read": (_c_int, [_c_char_p, ctypes.POINTER(_c_void_p)]),
+    "loom_trace_free": (None, [_c_void_p]),
+    "loom_trace_header": (_c_int, [_c_void_p, ctypes.POINTER(_c_int),
+                                   _ull_p]),
+    "loom_trace_provenance": (_c_char_p, [_c_void_p]),
+    "loom_trace_name_count": (_c_longlong, [_c_void_p]),
+    "loom_trace_name": (_c_char_p, [_c_void_p, _c_longlong]),
+    "loom_trace_intern_name": (_c_longlong, [_c_void_p, _c_char_p]),
+    "loom_trace_event_count": (_c_longlong, [_c_void_p]),
+    "loom_trace_get_events": (_c_int, [_c_void_p, _c_longlong, _c_longlong,
+                                       _ull_p]),
+    "loom_trace_add_events": (_c_int, [_c_void_p, _ull_p, _c_longlong]),
+    "loom_trace_write": (_c_int, [_c_void_p, _c_char_p]),
 }
 
 # The hooks PyTorch's pluggable allocator takes as raw function pointers.
@@ -59,6 +94,61 @@ HOOK_FUNCTIONS = ("loom_torch_malloc", "loom_free", "loom_record_stream",
 
 def _encode(text):
     return str(text).encode("utf-8")
+
+
+def _path(path):
+    """A file name for libloom (bytes as the OS spells it)."""
+    return os.fsencode(path)
+
+
+def _text(data):
+    """Text libloom returned (names, provenance): UTF-8, with any other byte
+    kept as a lone surrogate, so that _text_bytes gives it back unchanged."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _text_bytes(text, what):
+    """`text` for libloom; ValueError when a C string cannot carry it."""
+    if not isinstance(text, str):
+        raise ValueError(f"{what} {text!r} is not a string")
+    if "\0" in text:
+        raise ValueError(f"{what} {text!r} contains a NUL character, which "
+                         f"libloom's C interface cannot carry")
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {text!r} is not valid Unicode") from None
+
+
+def status_text(message):
+    """libloom's message without its leading status code name
+    ("INVALID_ARGUMENT: x.ltt:3: ..." -> "x.ltt:3: ...")."""
+    head, sep, rest = message.partition(": ")
+    return rest if sep and head in STATUS_NAMES.values() else message
+
+
+def plan_options_string(options):
+    """`loom_plan_trace`'s options text ("key=value;...") for a dict (values:
+    bool -> 1/0, numbers and strings as written), a string (as is) or None.
+    ValueError for a key or value that the text cannot carry."""
+    if options is None:
+        return ""
+    if isinstance(options, str):
+        return options
+    items = []
+    for key, value in dict(options).items():
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        elif isinstance(value, float):
+            value = repr(value)
+        text = f"{key}={value}"
+        if not isinstance(key, str) or not key or any(c in text for c in
+                                                      ";\n") or "=" in key:
+            raise ValueError(f"plan option {key!r}={value!r} cannot be "
+                             f"passed to the planner (no ';', '=' in keys "
+                             f"or newlines)")
+        items.append(text)
+    return ";".join(items)
 
 
 class Native:
@@ -176,6 +266,132 @@ class Native:
 
     def module_exit(self, name):
         self.lib.loom_module_exit(_encode(name))
+
+    # ------------------------------------------------------- offline tools
+    # No settings, no allocator: these work whether or not loom is enabled.
+
+    def _result(self):
+        return json.loads(self.lib.loom_last_result().decode("utf-8"))
+
+    def plan_trace(self, trace, plan, options=None):
+        """Plans the trace (either form) or MiniMalloc CSV at `trace` in
+        this process and writes the plan file `plan`. `options`: a dict
+        ({"time_limit": 5}), a "key=value;..." string or None (plan/
+        make_plan.h). Returns the planner's report (a dict). Releases the
+        GIL while planning."""
+        try:
+            text = plan_options_string(options)
+        except ValueError as error:
+            raise NativeError("loom_plan_trace", 1, str(error)) from None
+        self._check(f"loom_plan_trace({trace})", self.lib.loom_plan_trace(
+            _path(trace), _path(plan), _encode(text)))
+        return self._result()
+
+    def fingerprint_trace(self, path):
+        """The request fingerprint of the trace file at `path` (a dict:
+        version, prologue, steady, counts, events, has_steady)."""
+        self._check(f"loom_fingerprint_trace({path})",
+                    self.lib.loom_fingerprint_trace(_path(path)))
+        return self._result()
+
+    def read_trace_file(self, path):
+        """The trace file at `path` (either form) as (device, granularity,
+        provenance, names, records): `records` is an array('Q') of
+        TRACE_FIELDS values per event."""
+        handle = _c_void_p()
+        self._check(f"loom_trace_read({path})", self.lib.loom_trace_read(
+            _path(path), ctypes.byref(handle)))
+        try:
+            return self._trace_contents(handle)
+        finally:
+            self.lib.loom_trace_free(handle)
+
+    def write_trace_file(self, path, device, granularity, provenance, names,
+                         records):
+        """Builds a trace (checked event by event, as read_trace_file
+        returns them) and writes it to `path`: the text form for a `.ltt`
+        path, binary otherwise."""
+        with self._trace_handle(device, granularity, provenance, names,
+                                records) as handle:
+            self._check(f"loom_trace_write({path})",
+                        self.lib.loom_trace_write(handle, _path(path)))
+
+    def check_trace(self, device, granularity, provenance, names, records):
+        """Raises NativeError naming the first event (by index) that breaks
+        the trace format's rules; the header and names are checked too."""
+        with self._trace_handle(device, granularity, provenance, names,
+                                records):
+            pass
+
+    @contextlib.contextmanager
+    def _trace_handle(self, device, granularity, provenance, names, records):
+        if not -(1 << 31) <= device < (1 << 31):
+            raise NativeError("loom_trace_new", 5,
+                              f"header device {device} out of range")
+        if not 0 <= granularity < (1 << 64):
+            raise NativeError("loom_trace_new", 5,
+                              f"granularity {granularity} out of range")
+        try:
+            provenance_bytes = _text_bytes(provenance, "provenance")
+        except ValueError as error:
+            raise NativeError("loom_trace_new", 1, str(error)) from None
+        handle = self.lib.loom_trace_new(device, granularity,
+                                         provenance_bytes)
+        if not handle:
+            raise NativeError("loom_trace_new", -1, self.last_error())
+        try:
+            for index, name in enumerate(names):
+                self._intern(handle, index, name)
+            count = len(records) // TRACE_FIELDS
+            if len(records) != count * TRACE_FIELDS:
+                raise NativeError("loom_trace_add_events", 1,
+                                  f"{len(records)} values are not whole "
+                                  f"records of {TRACE_FIELDS}")
+            if count:
+                data = records if isinstance(records, array.array) and \
+                    records.typecode == "Q" else array.array("Q", records)
+                buffer = (_c_ull * len(data)).from_buffer(data)
+                self._check("loom_trace_add_events",
+                            self.lib.loom_trace_add_events(handle, buffer,
+                                                           count))
+            yield handle
+        finally:
+            self.lib.loom_trace_free(handle)
+
+    def _intern(self, handle, index, name):
+        """Adds names[index]; a failure is a NativeError whose `name_index`
+        is `index`."""
+        try:
+            data = _text_bytes(name, "name")
+            got = self.lib.loom_trace_intern_name(handle, data)
+            if got < 0:
+                error = NativeError("loom_trace_intern_name", -1,
+                                    self.last_error())
+            elif got != index:
+                error = NativeError("loom_trace_intern_name", 1,
+                                    f"name {name!r} given twice")
+            else:
+                return
+        except ValueError as reason:
+            error = NativeError("loom_trace_intern_name", 1, str(reason))
+        error.name_index = index
+        raise error
+
+    def _trace_contents(self, handle):
+        device, granularity = _c_int(), _c_ull()
+        self._check("loom_trace_header", self.lib.loom_trace_header(
+            handle, ctypes.byref(device), ctypes.byref(granularity)))
+        provenance = _text(self.lib.loom_trace_provenance(handle) or b"")
+        names = [_text(self.lib.loom_trace_name(handle, i))
+                 for i in range(self.lib.loom_trace_name_count(handle))]
+        count = self.lib.loom_trace_event_count(handle)
+        records = array.array("Q", bytes(8 * TRACE_FIELDS * count))
+        if count:
+            buffer = (_c_ull * len(records)).from_buffer(records)
+            self._check("loom_trace_get_events",
+                        self.lib.loom_trace_get_events(handle, 0, count,
+                                                       buffer))
+        return device.value, granularity.value, provenance, names, records
 
 
 _lock = threading.Lock()

@@ -55,10 +55,10 @@ class Config:
     device_memory: int = DEFAULT_DEVICE_MEMORY  # host/fake backends
     devices: int = 1                            # host/fake backends
     trace_format: str = "binary"
-    plan_args: tuple = ()        # extra arguments of `loom_tool plan`
-    plan_timeout: float = 600.0  # seconds
+    plan_options: dict = dataclasses.field(default_factory=dict)  # planner's
+    plan_timeout: float = 600.0  # seconds to wait for another rank's plan
     plan_async: bool = True      # auto: plan in a background thread
-    planner: object = None       # callable(trace, plan) replacing loom_tool
+    planner: object = None       # callable(trace, plan) replacing libloom's
     reuse_plan_from: int = None  # a rank whose plan this rank may reuse
     torch_stats: bool = True     # route torch.cuda.memory_stats() to loom
     atexit: bool = True          # finish() at interpreter exit
@@ -119,11 +119,47 @@ def _fraction(value):
     return float(value)
 
 
-def _plan_args(value):
-    if isinstance(value, str) or not all(isinstance(a, str) for a in value):
-        raise LoomError("plan_args: expected a list of strings, e.g. "
-                        "['--time-limit', '10']")
-    return tuple(value)
+# The planner's options (plan/make_plan.h, ParseMakePlanOptions) and the
+# Python types each takes; libloom checks the values again when it plans
+# (algorithm and scope names, ranges) and a bad one fails that planning.
+PLAN_OPTIONS = {
+    "time_limit": "seconds", "capacity": "bytes", "granule": "bytes",
+    "round": "bytes", "align": "bytes", "seed": "count", "period": "count",
+    "steady_iteration": "iteration", "minimize": "bool", "persistent": "bool",
+    "algorithm": "text", "scope": "text", "source": "text",
+}
+
+
+def _plan_option(key, value):
+    what = f"plan_options[{key!r}]"
+    kind = PLAN_OPTIONS[key]
+    if kind == "seconds":
+        return _seconds(value, what)
+    if kind == "bytes":
+        return parse_size(value, what)
+    if kind == "count":
+        return _int(value, what, 0)
+    if kind == "iteration":
+        return _int(value, what, -1)
+    if kind == "bool":
+        return _bool(value, what)
+    if not isinstance(value, str) or not value or any(c in value
+                                                       for c in ";\n"):
+        raise LoomError(f"{what}: expected a name, got {value!r}")
+    return value
+
+
+def _plan_options(value):
+    if not isinstance(value, dict):
+        raise LoomError(f"plan_options: expected a dict of planner options, "
+                        f"e.g. {{'time_limit': 5}}, got {value!r}")
+    checked = {}
+    for key, option in value.items():
+        if key not in PLAN_OPTIONS:
+            raise LoomError(f"plan_options: unknown planner option {key!r} "
+                            f"(options: {', '.join(sorted(PLAN_OPTIONS))})")
+        checked[key] = _plan_option(key, option)
+    return checked
 
 
 def _planner(value):
@@ -144,7 +180,7 @@ _OPTIONS = {
     "device_memory": lambda v: parse_size(v, "device_memory"),
     "devices": lambda v: _int(v, "devices", 1, MAX_DEVICES),
     "trace_format": lambda v: _choice(v, "trace_format", tuple(TRACE_FORMATS)),
-    "plan_args": _plan_args,
+    "plan_options": _plan_options,
     "plan_timeout": lambda v: _seconds(v, "plan_timeout"),
     "plan_async": lambda v: _bool(v, "plan_async"),
     "planner": _planner,
@@ -164,6 +200,10 @@ def parse_config(mode, workdir=".loom", plan=None, device=None, **options):
     """Checks `loom.enable()`'s arguments. Raises LoomError on the first bad
     one (unknown option, wrong type, out of range, contradiction)."""
     _choice(mode, "mode", MODES + ("pool",))  # "pool": loom.pool() only
+    if "plan_args" in options:
+        raise LoomError("plan_args is gone: the planner runs inside libloom "
+                        "now; pass plan_options, a dict such as "
+                        "{'time_limit': 5}")
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
         raise LoomError(f"unknown option {unknown[0]!r} (options: "

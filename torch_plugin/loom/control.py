@@ -16,9 +16,9 @@ handed to PyTorch (tests and demos drive loom_malloc/loom_free directly).
 
 import atexit
 import logging
-import threading
 
 from loom import _native
+from loom import _state
 from loom import config as config_lib
 from loom import planning
 from loom.errors import LoomError, NativeError
@@ -26,28 +26,13 @@ from loom.session import Session
 
 log = logging.getLogger("loom")
 
-_lock = threading.RLock()
-_session = None
 _atexit_registered = False
 
 
-def current():
-    """The process's Session, or None when loom is not enabled."""
-    return _session
-
-
-def require(what):
-    """The session; LoomError naming `what` when loom is not enabled."""
-    session = _session
-    if session is None:
-        raise LoomError(f"{what}: loom is not enabled in this process (call "
-                        f"loom.enable() first)")
-    return session
-
-
 def _already_enabled():
+    session = _state.current()
     raise LoomError(f"loom is already enabled in this process (mode="
-                    f"{_session.mode!r}); call loom.enable() once, first thing")
+                    f"{session.mode!r}); call loom.enable() once, first thing")
 
 
 def _device_for(config, ranks):
@@ -61,9 +46,9 @@ def _device_for(config, ranks):
 def _start(config, native_path=None):
     """Step 1 of enable(): configures libloom for `config`. Returns the new
     Session. Raises LoomError (and leaves nothing configured) on failure."""
-    global _session, _atexit_registered  # pylint: disable=global-statement
-    with _lock:
-        if _session is not None:
+    global _atexit_registered  # pylint: disable=global-statement
+    with _state.lock:
+        if _state.current() is not None:
             _already_enabled()
         ranks = config_lib.rank_info()
         device = _device_for(config, ranks)
@@ -98,7 +83,7 @@ def _start(config, native_path=None):
                 _shutdown_quietly(native)
                 raise LoomError(f"cannot install plan {plan_file} on device "
                                 f"{device}: {error.message}") from None
-        _session = session
+        _state.set_current(session)
         if config.atexit and not _atexit_registered:
             atexit.register(_at_exit)
             _atexit_registered = True
@@ -129,8 +114,8 @@ def enable(mode="auto", workdir=".loom", plan=None, device=None, **options):
         raise LoomError(f"mode: {mode!r} is not one of 'record', 'plan', "
                         f"'auto'")
     config = config_lib.parse_config(mode, workdir, plan, device, **options)
-    if _session is not None:  # before the torch checks, whose CUDA-already-
-        _already_enabled()     # initialised message would mislead here
+    if _state.current() is not None:  # before the torch checks, whose CUDA-
+        _already_enabled()  # already-initialised message would mislead here
     if config.backend != "cuda":
         return _start(config).status(with_stats=False)
     from loom import _torch  # pylint: disable=import-outside-toplevel
@@ -149,10 +134,9 @@ def enable(mode="auto", workdir=".loom", plan=None, device=None, **options):
 
 
 def _abandon(session):
-    global _session  # pylint: disable=global-statement
-    with _lock:
-        if _session is session:
-            _session = None
+    with _state.lock:
+        if _state.current() is session:
+            _state.set_current(None)
         _shutdown_quietly(session.native)
 
 
@@ -160,7 +144,7 @@ def finish(wait=True):
     """Ends recording: writes the trace (record mode, or auto mode before its
     switch) and waits for a running planner (`wait`). Also runs at exit.
     Returns status(). No-op without a session."""
-    session = _session
+    session = _state.current()
     if session is None:
         return None
     session.finish(wait=wait)
@@ -172,7 +156,7 @@ def wait_for_plan(timeout=None):
     seconds); its plan is installed at the next iteration boundary. Returns
     status(). For benchmarks and tests that want the switch at a known
     point; training never needs to wait."""
-    session = require("loom.wait_for_plan()")
+    session = _state.require("loom.wait_for_plan()")
     planner = session._planner  # pylint: disable=protected-access
     if planner is not None:
         planner.join(timeout)
@@ -183,12 +167,12 @@ def status():
     """Where loom stands: mode, state, plan loaded and from where, hit rate
     of the last iteration, files, any planning error. None when loom is not
     enabled."""
-    session = _session
+    session = _state.current()
     return None if session is None else session.status()
 
 
 def _at_exit():
-    session = _session
+    session = _state.current()
     if session is None or session.finished:
         return
     try:
@@ -201,9 +185,8 @@ def _reset():
     """Forgets the session and shuts libloom down (tests; host/fake backends
     only). Raises LoomError while allocations are live or after the
     allocator was handed to PyTorch (which cannot take it back)."""
-    global _session  # pylint: disable=global-statement
-    with _lock:
-        session = _session
+    with _state.lock:
+        session = _state.current()
         if session is None:
             return
         if session.torch_allocator is not None:
@@ -215,4 +198,4 @@ def _reset():
         except NativeError as error:
             raise LoomError(f"cannot shut loom down: {error.message}"
                             ) from None
-        _session = None
+        _state.set_current(None)

@@ -19,99 +19,35 @@ Each alloc contributes (size, stream), each free (age, stream). Markers do
 not count, only where iterations begin and end. Two parts are hashed apart:
 the steady part (the last complete iteration that allocates) and the
 prologue (everything before it), so a mismatch can say which differs.
+
+The fingerprint itself is computed by libloom from the trace file (the same
+C++ that reads traces, plan/trace/fingerprint.h); this module compares
+fingerprints and keeps them in loom's JSON sidecars.
 """
 
-import hashlib
 import json
+import os
 import time
 from pathlib import Path
 
-from loom import trace_text
+from loom import _native
 from loom.config import sidecar_path
-from loom.errors import LoomError
-
-VERSION = 1
+from loom.errors import LoomError, NativeError
 
 
-class _Hasher:
-    def __init__(self):
-        self.hash = hashlib.sha256()
-        self.allocs = 0
-        self.frees = 0
-
-    def add(self, token):
-        self.hash.update(token.encode())
-
-    def digest(self):
-        return self.hash.hexdigest()
-
-
-def fingerprint_trace(trace):
-    """Fingerprint of a trace_text.Trace: a dict with `prologue` and
-    `steady` (hex SHA-256), counts, and `version`."""
-    events = trace.events
-    # The steady part: the last complete iteration (an iter_begin followed by
-    # its iter_end or the next iter_begin) that allocates anything; an empty
-    # one (closed by loom.finish() right after loom.step()) does not count.
-    steady_start = steady_end = None
-    end = None
-    for index in range(len(events) - 1, -1, -1):
-        kind = events[index].kind
-        if kind == trace_text.ITER_BEGIN and end is not None and any(
-                e.kind == trace_text.ALLOC for e in events[index + 1:end]):
-            steady_start, steady_end = index, end
-            break
-        if kind in (trace_text.ITER_END, trace_text.ITER_BEGIN):
-            end = index
-    parts = {"prologue": _Hasher(), "steady": _Hasher()}
-    streams = {0: 0}
-    alloc_index = {}   # request id -> ordinal among counted allocs
-    dynamic_stack = []
-    counted = 0
-    iterations = sum(1 for e in events if e.kind == trace_text.ITER_BEGIN)
-    for position, event in enumerate(events):
-        if steady_start is not None and steady_start <= position <= steady_end:
-            part = parts["steady"]
-        elif steady_end is not None and position > steady_end:
-            continue  # after the steady iteration: not part of any plan
-        else:
-            part = parts["prologue"]
-        kind = event.kind
-        if kind == trace_text.MODULE_ENTER:
-            dynamic_stack.append(event.dynamic or
-                                 (bool(dynamic_stack) and dynamic_stack[-1]))
-        elif kind == trace_text.MODULE_EXIT:
-            if dynamic_stack:
-                dynamic_stack.pop()
-        elif kind == trace_text.ITER_BEGIN:
-            part.add("ib;")
-        elif kind == trace_text.ITER_END:
-            part.add("ie;")
-        elif kind == trace_text.ALLOC:
-            if dynamic_stack and dynamic_stack[-1]:
-                continue
-            stream = streams.setdefault(event.stream, len(streams))
-            alloc_index[event.id] = counted
-            counted += 1
-            part.allocs += 1
-            part.add(f"a{event.size},{stream};")
-        elif kind == trace_text.FREE:
-            ordinal = alloc_index.pop(event.id, None)
-            if ordinal is None:
-                continue  # the free of a dynamic request
-            stream = streams.setdefault(event.stream, len(streams))
-            part.frees += 1
-            part.add(f"f{counted - ordinal},{stream};")
-    return {
-        "version": VERSION,
-        "prologue": parts["prologue"].digest(),
-        "steady": parts["steady"].digest(),
-        "prologue_allocs": parts["prologue"].allocs,
-        "steady_allocs": parts["steady"].allocs,
-        "steady_frees": parts["steady"].frees,
-        "iterations": iterations,
-        "has_steady": steady_start is not None,
-    }
+def fingerprint_trace(path, native=None):
+    """The fingerprint of the trace file at `path` (either form), computed
+    by libloom (plan/trace/fingerprint.h): a dict with `prologue` and
+    `steady` (hex SHA-256), `prologue_allocs`, `steady_allocs`,
+    `steady_frees`, `iterations`, `events`, `has_steady` and `version`.
+    `native`: the libloom to use (default: the process's). Raises LoomError
+    naming the file when it cannot be read."""
+    native = native if native is not None else _native.load()
+    try:
+        return native.fingerprint_trace(os.fspath(path))
+    except NativeError as error:
+        raise LoomError(f"cannot fingerprint {path}: "
+                        f"{_native.status_text(error.message)}") from None
 
 
 def compare(mine, theirs):

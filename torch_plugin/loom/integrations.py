@@ -23,7 +23,7 @@ Plain PyTorch loops need nothing here: `loom.watch(optimizer)` (or
 
 import functools
 
-from loom import control
+from loom import _state
 from loom import markers
 from loom.errors import LoomError
 
@@ -50,7 +50,7 @@ def _make_hf_callback_class(base):
             markers.begin_iteration()
 
         def on_pre_optimizer_step(self, args, state, control_, **kwargs):
-            if control.current() is not None:
+            if _state.current() is not None:
                 markers.phase("optimizer")
 
         def on_step_end(self, args, state, control_, **kwargs):
@@ -60,8 +60,9 @@ def _make_hf_callback_class(base):
             if self.handle is not None:
                 self.handle.remove()
                 self.handle = None
-            if self.finish_on_train_end:
-                control.finish()
+            session = _state.current()
+            if self.finish_on_train_end and session is not None:
+                session.finish(wait=True)  # as loom.finish()
 
     return LoomCallback
 
@@ -94,11 +95,11 @@ def megatron_forward_step(forward_step_func):
 
     @functools.wraps(forward_step_func)
     def forward_step(*args, **kwargs):
-        if control.current() is not None:
+        if _state.current() is not None:
             markers.phase("forward")
         result = forward_step_func(*args, **kwargs)
         output = result[0] if isinstance(result, tuple) and result else result
-        if control.current() is not None:
+        if _state.current() is not None:
             markers.mark_backward(output)
         return result
 

@@ -30,28 +30,28 @@ can enable loom conditionally and call loom.step() unconditionally.
 import fnmatch
 import re
 
-from loom import control
+from loom import _state
 from loom.errors import LoomError
 
 
 def step():
     """The current iteration ends and the next begins (no-op when loom is
     not enabled)."""
-    session = control.current()
+    session = _state.current()
     if session is not None:
         session.step()
 
 
 def begin_iteration():
     """Begins an iteration unless one is open."""
-    session = control.current()
+    session = _state.current()
     if session is not None:
         session.begin_iteration()
 
 
 def end_iteration():
     """Ends the current iteration without beginning the next."""
-    session = control.current()
+    session = _state.current()
     if session is not None:
         session.end_iteration()
 
@@ -61,19 +61,19 @@ def phase(name):
     "eval" or any name)."""
     if not isinstance(name, str) or not name:
         raise LoomError(f"phase: expected a non-empty name, got {name!r}")
-    session = control.current()
+    session = _state.current()
     if session is not None:
         session.phase(name)
 
 
 def module_enter(name, dynamic=False):
-    session = control.current()
+    session = _state.current()
     if session is not None:
         session.module_enter(name, dynamic)
 
 
 def module_exit(name):
-    session = control.current()
+    session = _state.current()
     if session is not None:
         session.module_exit(name)
 
@@ -122,7 +122,7 @@ def _watch_optimizer(optimizer, phases):
 
     def pre(*_):
         if phases:
-            session = control.current()
+            session = _state.current()
             if session is not None:
                 session.phase("optimizer")
 
@@ -203,7 +203,7 @@ def mark_backward(output, name="backward"):
         return False
 
     def hook(_grad):
-        session = control.current()
+        session = _state.current()
         if session is not None:
             session.phase(name)
 
@@ -218,7 +218,7 @@ def _watch_model(model, patterns, phases, iterations, backward):
     handle = WatchHandle()
 
     def root_pre(module, _args):
-        session = control.current()
+        session = _state.current()
         if session is None:
             return
         training = getattr(module, "training", True)
@@ -250,7 +250,7 @@ def _watch_model(model, patterns, phases, iterations, backward):
 
 def _watch_dynamic(module, name, handle, backward):
     def pre(_module, args):
-        session = control.current()
+        session = _state.current()
         if session is None:
             return
         session.module_enter(name, True)
@@ -261,7 +261,7 @@ def _watch_dynamic(module, name, handle, backward):
                 tensor.register_hook(lambda _g: module_exit(name))
 
     def post(_module, args, output):
-        session = control.current()
+        session = _state.current()
         if session is None:
             return
         session.module_exit(name)

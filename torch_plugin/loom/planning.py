@@ -1,25 +1,26 @@
-"""Choosing, making and checking plan files (no torch, no libloom).
+"""Choosing, making and checking plan files (no torch).
 
 - `resolve_plan(config, ranks)`: which plan file plan mode loads: the one
   given, this rank's own, or another rank's whose recorded request
   sequence is proven identical (loom.fingerprint).
-- `plan_trace(trace, plan, ...)`: runs the planner (`loom_tool plan <trace>
-  -o <plan>`, or a callable) and records in `<plan>.json` which trace, by
-  fingerprint, the plan was made from.
+- `plan_trace(trace, plan, ...)`: plans the trace in this process with
+  libloom's planner (`loom_plan_trace`: plan/'s entry point, the same code
+  as `loom_tool plan`), or with a user's callable, and records in
+  `<plan>.json` which trace, by fingerprint, the plan was made from.
 - `check_plan_file(path)`: exists, readable, has the plan magic.
+- `wait_for_plan(plan, timeout)`: another rank's plan, when it appears.
 
 Every failure is a `LoomError` (`PlanningError` for planner failures) whose
 message names the file and the reason.
 """
 
-import subprocess
 import time
 from pathlib import Path
 
-from loom import _paths
+from loom import _native
 from loom import config as config_lib
 from loom import fingerprint as fp
-from loom.errors import LoomError
+from loom.errors import LoomError, NativeError
 
 PLAN_MAGIC = b"LOOMPLAN"  # plan/planfile/plan_file.h
 
@@ -127,41 +128,26 @@ def resolve_plan(config, ranks):
                     f"other rank's plan fits: " + "; ".join(reasons))
 
 
-def run_loom_tool(trace, plan, args=(), timeout=600.0):
-    """`loom_tool plan <trace> -o <plan> [args]`. Raises PlanningError with
-    the tool's own message when it fails."""
-    try:
-        tool = _paths.loom_tool()
-    except _paths.NotBuiltError as error:
-        raise PlanningError(str(error)) from None
-    command = [str(tool), "plan", str(trace), "-o", str(plan), *args]
-    try:
-        result = subprocess.run(command, capture_output=True, text=True,
-                                timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        raise PlanningError(f"loom_tool plan took more than {timeout:g} s "
-                            f"(set plan_timeout, or pass plan_args=["
-                            f"'--time-limit', ...])") from None
-    except OSError as error:
-        raise PlanningError(f"cannot run {tool}: {error.strerror}") from None
-    if result.returncode != 0:
-        lines = [l for l in result.stderr.splitlines() if l.strip()]
-        detail = lines[0] if lines else "no message"
-        raise PlanningError(f"loom_tool plan exited with status "
-                            f"{result.returncode}: {detail}")
-    return result
-
-
-def plan_trace(trace, plan, fingerprint, planner=None, args=(),
-               timeout=600.0, rank=None):
+def plan_trace(trace, plan, fingerprint, planner=None, options=None,
+               rank=None, native=None):
     """Plans `trace` into `plan` and writes `<plan>.json` with the trace's
-    `fingerprint`. Raises PlanningError (planner failure) or LoomError."""
+    `fingerprint`. Without `planner`, libloom plans in this process with
+    `options` ({"time_limit": 5, ...}, plan/make_plan.h; the ctypes call
+    releases the GIL, so other threads, training included, run meanwhile);
+    `planner` is a callable(trace_path, plan_path) used instead. Returns the
+    planner's report (a dict; {} for a callable). Raises PlanningError
+    (planner failure) or LoomError."""
     start = time.monotonic()
+    report = {}
     try:
         if planner is not None:
             planner(str(trace), str(plan))
         else:
-            run_loom_tool(trace, plan, args, timeout)
+            native = native if native is not None else _native.load()
+            report = native.plan_trace(str(trace), str(plan), options)
+    except NativeError as error:
+        raise PlanningError(f"planning {Path(trace).name} failed: "
+                            f"{_native.status_text(error.message)}") from None
     except LoomError:
         raise
     except Exception as error:  # a user planner: report, never crash
@@ -170,8 +156,12 @@ def plan_trace(trace, plan, fingerprint, planner=None, args=(),
     if not Path(plan).exists():
         raise PlanningError(f"the planner wrote no plan file at {plan}")
     check_plan_file(plan)
+    summary = {key: report[key] for key in (
+        "peak_bytes", "lower_bound_bytes", "algorithm", "steady_iteration")
+        if key in report}
     fp.write_sidecar(plan, fingerprint, trace=Path(trace).name, rank=rank,
-                     seconds=round(time.monotonic() - start, 3))
+                     seconds=round(time.monotonic() - start, 3), **summary)
+    return report
 
 
 def wait_for_plan(plan, timeout, poll=0.2, stop=None):

@@ -19,7 +19,8 @@ complete iterations instead of overflowing.
 
 In auto mode, at the end of iteration N (N = record_iterations, counted by
 iteration ends: the first loom.step() ends iteration 0), the trace is
-written and planned, in a background thread unless plan_async=False; the
+written, fingerprinted and planned by libloom in this process (no other
+program runs), in a background thread unless plan_async=False; the
 plan is installed at the next iteration boundary with `loom_load_plan`,
 without a restart (allocations made while recording stay valid in loom's
 dynamic space). Any planning failure is logged once as a warning, training
@@ -34,15 +35,12 @@ thread-safe (autograd hooks run on other threads). No torch here.
 """
 
 import logging
-import os
-import tempfile
 import threading
 from pathlib import Path
 
 from loom import config as config_lib
 from loom import fingerprint as fp
 from loom import planning
-from loom import trace_text
 from loom.errors import LoomError, NativeError
 
 log = logging.getLogger("loom")
@@ -166,9 +164,9 @@ class Session:
 
     def _write_recording(self):
         """Record mode: writes the trace now; the fingerprint is computed in
-        the background (parsing a large trace takes seconds)."""
+        the background (reading a large trace back takes a while)."""
         try:
-            trace, text = self._write_trace_files()
+            trace = self._write_trace_file()
         except LoomError as error:
             self.record_error = str(error)
             self.state = FALLBACK
@@ -176,13 +174,13 @@ class Session:
             return
         self.state = RECORDED
         self._planner = threading.Thread(
-            target=self._fingerprint_job, args=(trace, text), daemon=True,
+            target=self._fingerprint_job, args=(trace,), daemon=True,
             name="loom-fingerprint")
         self._planner.start()
 
-    def _fingerprint_job(self, trace, text):
+    def _fingerprint_job(self, trace):
         try:
-            self._fingerprint(trace, text)
+            self._fingerprint(trace)
         except LoomError as error:
             with self.lock:
                 self.record_error = str(error)
@@ -190,23 +188,23 @@ class Session:
     def _start_planning(self):
         self.state = PLANNING
         try:
-            trace, text = self._write_trace_files()
+            trace = self._write_trace_file()
         except LoomError as error:
             self._fail(f"cannot write the trace: {error}")
             return
         if self.config.plan_async:
             self._planner = threading.Thread(
-                target=self._plan_job, args=(trace, text), daemon=True,
+                target=self._plan_job, args=(trace,), daemon=True,
                 name="loom-planner")
             self._planner.start()
         else:
-            self._plan_job(trace, text)
+            self._plan_job(trace)
 
-    def _plan_job(self, trace, text):
+    def _plan_job(self, trace):
         """Fingerprints, then reuses or makes a plan. Runs on the planner
         thread; its only effect on the session is _plan_result."""
         try:
-            result = self._find_or_make_plan(trace, text)
+            result = self._find_or_make_plan(trace)
         except LoomError as error:
             result = error
         except Exception as error:  # never let the planner thread die loudly
@@ -214,8 +212,8 @@ class Session:
         with self.lock:
             self._plan_result = result
 
-    def _find_or_make_plan(self, trace, text):
-        fingerprint = self._fingerprint(trace, text)
+    def _find_or_make_plan(self, trace):
+        fingerprint = self._fingerprint(trace)
         config, rank = self.config, self.ranks.rank
         source = config.reuse_plan_from
         if source is not None and source != rank:
@@ -235,8 +233,8 @@ class Session:
                             rank, source, reason)
         plan = config.plan or config_lib.plan_path(config.workdir, rank)
         planning.plan_trace(trace, plan, fingerprint, planner=config.planner,
-                            args=config.plan_args,
-                            timeout=config.plan_timeout, rank=rank)
+                            options=config.plan_options, rank=rank,
+                            native=self.native)
         return Path(plan), "own"
 
     def _install_if_ready(self):
@@ -272,10 +270,9 @@ class Session:
 
     # ------------------------------------------------------------- traces
 
-    def _write_trace_files(self):
-        """Writes this rank's trace; returns (trace path, text path or None
-        when the trace itself is text). The text copy is for the
-        fingerprint; the caller's thread parses and removes it."""
+    def _write_trace_file(self):
+        """Writes this rank's trace (in config.trace_format); returns its
+        path."""
         config = self.config
         trace = config_lib.trace_path(config.workdir, self.ranks.rank,
                                       config.trace_format)
@@ -293,33 +290,18 @@ class Session:
                 raise unused from None
             raise
         self.trace_file = trace
-        if config.trace_format == "text":
-            return trace, None
-        handle, text = tempfile.mkstemp(prefix=".trace-", suffix=".ltt",
-                                        dir=config.workdir)
-        os.close(handle)
-        try:
-            self.native.write_trace(self.device, text)
-        except LoomError:
-            os.unlink(text)
-            raise
-        return trace, text
+        return trace
 
-    def _fingerprint(self, trace, text):
+    def _fingerprint(self, trace):
+        """Fingerprints the trace file just written (libloom reads it back)
+        and writes its sidecar; returns the fingerprint."""
         try:
-            parsed = trace_text.read_trace(text or trace)
-        except trace_text.TraceError as error:
+            fingerprint = fp.fingerprint_trace(trace, native=self.native)
+        except LoomError as error:
             raise LoomError(f"cannot read back the recorded trace: {error}"
                             ) from None
-        finally:
-            if text is not None:
-                try:
-                    os.unlink(text)
-                except OSError:
-                    pass
-        fingerprint = fp.fingerprint_trace(parsed)
         fp.write_sidecar(trace, fingerprint, rank=self.ranks.rank,
-                         device=self.device, events=len(parsed.events))
+                         device=self.device, events=fingerprint["events"])
         return fingerprint
 
     # ------------------------------------------------------------ the end
@@ -327,9 +309,10 @@ class Session:
     def finish(self, wait=True):
         """Ends recording duty: closes the open iteration; in record mode (or
         auto mode before its switch) writes the trace and its fingerprint.
-        With `wait`, lets a running planner finish (up to plan_timeout), so
-        its plan is on disk for the next run. Idempotent; the allocator stays
-        installed and markers keep working afterwards."""
+        With `wait`, lets a running planner finish, so its plan is on disk
+        for the next run (planning is bounded by the planner's time_limit,
+        waiting for another rank's plan by plan_timeout). Idempotent; the
+        allocator stays installed and markers keep working afterwards."""
         with self.lock:
             if self.finished:
                 return
@@ -342,12 +325,11 @@ class Session:
             needs_trace = self.state == RECORDING
             planner = self._planner
         if needs_trace:
-            trace, text = self._write_trace_files()
-            self._fingerprint(trace, text)
+            self._fingerprint(self._write_trace_file())
             if self.mode == "record":
                 self.state = RECORDED
         if planner is not None and wait:
-            planner.join(self.config.plan_timeout)
+            planner.join()
         elif planner is not None:
             self._stop.set()
         if self.record_error is not None:

@@ -12,7 +12,7 @@ return these (see loom._torch.patch_stats).
 
 import collections
 
-from loom import control
+from loom import _state
 from loom.errors import LoomError
 
 
@@ -45,14 +45,14 @@ def _device_index(device, session):
 def memory_stats(device=None):
     """loom's allocator stats for `device` (default: this rank's device), in
     torch.cuda.memory_stats() form: an OrderedDict sorted by key."""
-    session = control.require("loom.memory_stats()")
+    session = _state.require("loom.memory_stats()")
     stats = session.native.stats(_device_index(device, session))
     return collections.OrderedDict(sorted(stats.items()))
 
 
 def reset_peak_memory_stats(device=None):
     """Sets every peak to its current value."""
-    session = control.require("loom.reset_peak_memory_stats()")
+    session = _state.require("loom.reset_peak_memory_stats()")
     session.native.reset_peak_stats(_device_index(device, session))
 
 
@@ -130,7 +130,7 @@ def _status_line(stats, session):
 def memory_summary(device=None, abbreviated=False):
     """A readable table of memory_stats(), in the style of
     torch.cuda.memory_summary()."""
-    session = control.require("loom.memory_summary()")
+    session = _state.require("loom.memory_summary()")
     index = _device_index(device, session)
     stats = session.native.stats(index)
     head = f"{'Metric':^23}|{'Cur Usage':^12}|{'Peak Usage':^12}|" \

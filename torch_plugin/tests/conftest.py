@@ -1,4 +1,8 @@
-"""Puts the `loom` package (torch_plugin/) on sys.path for the tests."""
+"""Puts the `loom` package (torch_plugin/) on sys.path for the tests, and the
+fixtures and helpers most tests share.
+
+What a test exercises must be there: a missing libloom.so or loom_tool fails
+the test (with the build command), it never skips it."""
 
 import sys
 from pathlib import Path
@@ -7,14 +11,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pytest  # noqa: E402
 
+BUILD = "bazel build //cli:loom_tool //torch_plugin:libloom.so"
+
+
+def built(which):
+    """Path of loom's `which` ("libloom" or "loom_tool"); fails the test,
+    naming the build command, when it is not built."""
+    from loom import _paths  # pylint: disable=import-outside-toplevel
+    try:
+        return getattr(_paths, which)()
+    except _paths.NotBuiltError as error:
+        pytest.fail(f"{which} is not built ({error}); run `{BUILD}` first",
+                    pytrace=False)
+
+
+@pytest.fixture()
+def loom_tool():
+    """Path of loom_tool; the test fails when it is not built."""
+    return built("loom_tool")
+
+
+@pytest.fixture()
+def libloom():
+    """Path of libloom.so; the test fails when it is not built."""
+    return built("libloom")
+
+
 def _force_reset():
-    from loom import control
-    session = control.current()
+    from loom import _state  # pylint: disable=import-outside-toplevel
+    session = _state.current()
     if session is None:
         return
     session.stop_planner()
     session.torch_allocator = None  # a fake torch's: nothing to give back
-    control._session = None  # pylint: disable=protected-access
+    _state.set_current(None)
     try:
         session.native.shutdown()
     except Exception:  # pylint: disable=broad-except
@@ -22,17 +52,20 @@ def _force_reset():
 
 
 @pytest.fixture()
-def loom_env(monkeypatch):
-    """A process with no loom session, no torchrun variables, libloom built
-    (else the test is skipped). Yields the `loom` package."""
-    from loom import _paths
-    try:
-        _paths.libloom()
-    except _paths.NotBuiltError as error:
-        pytest.skip(f"libloom.so is not built: {error}")
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    import loom
+def no_session():
+    """A process with no loom session (one a test left is shut down).
+    Yields the `loom` package."""
+    import loom  # pylint: disable=import-outside-toplevel
     _force_reset()
     yield loom
     _force_reset()
+
+
+@pytest.fixture()
+def loom_env(monkeypatch, no_session):
+    """A process with no loom session, no torchrun variables, libloom built
+    (else the test fails). Yields the `loom` package."""
+    built("libloom")
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    return no_session

@@ -7,18 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from loom import _paths, cli
+from loom import _paths
+from loom.tools import cli
 
 PLUGIN_DIR = Path(__file__).resolve().parent.parent
 REPO_ROOT = PLUGIN_DIR.parent
 EXAMPLE_CSV = REPO_ROOT / "bench" / "data" / "minimalloc" / "examples" / "input.12.csv"
 
 
-def _tool_or_skip():
+def _tool():
+    """loom_tool's path; the test fails (it does not skip) when loom_tool is
+    not built."""
     try:
         return _paths.loom_tool()
     except _paths.NotBuiltError as error:
-        pytest.skip(f"loom_tool is not built (bazel build //cli:loom_tool): {error}")
+        pytest.fail(f"loom_tool is not built ({error}); run `bazel build "
+                    f"//cli:loom_tool //torch_plugin:libloom.so`",
+                    pytrace=False)
 
 
 def _run(*args):
@@ -31,7 +36,7 @@ def test_analyze_is_forwarded():
 
 
 def test_analyze_csv_json_matches_hand_computed_values():
-    _tool_or_skip()
+    _tool()
     result = _run("analyze", str(EXAMPLE_CSV), "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -53,7 +58,7 @@ def test_analyze_csv_json_matches_hand_computed_values():
 
 
 def test_analyze_text_report_and_missing_file():
-    _tool_or_skip()
+    _tool()
     result = _run("analyze", str(EXAMPLE_CSV))
     assert result.returncode == 0, result.stderr
     assert "peak live" in result.stdout and "scoped" in result.stdout
@@ -68,7 +73,7 @@ def test_analyze_text_report_and_missing_file():
 def test_single_training_step_snapshot_is_one_iteration():
     """A one-step PyTorch snapshot repeats per layer, but layers are not
     iterations (memory grows through forward and falls through backward)."""
-    _tool_or_skip()
+    _tool()
     csv = (REPO_ROOT / "bench" / "data" / "pytorch_snapshots" / "instances" /
            "bcrafton_gpt2small_ctx64_b1_train_step.csv")
     result = _run("analyze", str(csv), "--json")

@@ -10,18 +10,12 @@ import json
 
 import pytest
 
-from loom import _paths
-
 MiB = 1 << 20
 
 
 @pytest.fixture()
-def lib():
-    try:
-        path = _paths.libloom()
-    except _paths.NotBuiltError as error:
-        pytest.skip(f"libloom.so is not built: {error}")
-    lib = ctypes.CDLL(str(path))
+def lib(libloom):  # conftest's libloom: the test fails when it is not built
+    lib = ctypes.CDLL(str(libloom))
     lib.loom_configure.argtypes = [ctypes.c_char_p]
     lib.loom_malloc.restype = ctypes.c_void_p
     lib.loom_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
@@ -127,8 +121,8 @@ def test_record_mode_writes_a_trace_with_markers(lib, tmp_path):
     lib.loom_iteration_end(0)
     path = tmp_path / "run.ltt"
     assert lib.loom_write_trace(0, str(path).encode()) == 0, lib.loom_last_error()
-    from loom import trace_text
-    trace = trace_text.read_trace(str(path))
+    from loom.tools import trace as loom_trace
+    trace = loom_trace.read_trace(str(path))
     kinds = [e.kind for e in trace.events]
     assert kinds == ["iter_begin", "phase", "module_enter", "alloc", "module_exit",
                      "free", "iter_end"]

@@ -1,6 +1,6 @@
 """`loom compare`: the JSON rows and the --plot picture.
 
-Tests that run loom_tool are skipped, with the reason, when it is not built
+Tests that run loom_tool fail, naming the build command, when it is not built
 (`bazel build //cli:loom_tool`); the plotting itself is tested without it.
 """
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from loom import _paths, compare_plot
+from loom import _paths
+from loom.tools import compare_plot
 
 PLUGIN_DIR = Path(__file__).resolve().parent.parent
 REPO = PLUGIN_DIR.parent
@@ -20,12 +21,6 @@ EXAMPLE_CSV = REPO / "bench/data/minimalloc/examples/input.12.csv"
 ROW_KEYS = {"allocator", "peak_allocated_bytes", "peak_reserved_bytes",
             "efficiency", "fragmentation", "driver_calls"}
 
-
-def _tool_or_skip():
-    try:
-        return _paths.loom_tool()
-    except _paths.NotBuiltError as error:
-        pytest.skip(f"loom_tool is not built ({error})")
 
 
 def _loom(*args):
@@ -35,8 +30,7 @@ def _loom(*args):
                           check=False, timeout=300)
 
 
-def test_json_rows_have_the_documented_keys_and_hand_checked_values():
-    _tool_or_skip()
+def test_json_rows_have_the_documented_keys_and_hand_checked_values(loom_tool):
     result = _loom("compare", EXAMPLE_CSV, "--json")
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
@@ -58,8 +52,7 @@ def test_json_rows_have_the_documented_keys_and_hand_checked_values():
     assert rows[3]["counters"]["plan_misses"] == 0
 
 
-def test_plot_writes_a_real_png_and_keeps_stdout_clean(tmp_path):
-    _tool_or_skip()
+def test_plot_writes_a_real_png_and_keeps_stdout_clean(tmp_path, loom_tool):
     out = tmp_path / "moe.png"
     result = _loom("compare", "builtin:moe:layers=2,iterations=2", "--json",
                    "--plot", out)
@@ -75,8 +68,7 @@ def test_plot_writes_a_real_png_and_keeps_stdout_clean(tmp_path):
     assert pixels[..., :3].std() > 0.05  # not a blank canvas
 
 
-def test_plot_keeps_a_series_the_user_asked_for(tmp_path):
-    _tool_or_skip()
+def test_plot_keeps_a_series_the_user_asked_for(tmp_path, loom_tool):
     series = tmp_path / "series.csv"
     result = _loom("compare", EXAMPLE_CSV, "--series", series, "--plot",
                    tmp_path / "x.png")
@@ -87,8 +79,7 @@ def test_plot_keeps_a_series_the_user_asked_for(tmp_path):
     assert max(data["pytorch"]["requested_bytes"]) == 12
 
 
-def test_errors_pass_through():
-    _tool_or_skip()
+def test_errors_pass_through(loom_tool):
     result = _loom("compare", "builtin:nothing", "--plot", "/tmp/never.png")
     assert result.returncode == 1
     assert "unknown builtin workload" in result.stderr
@@ -142,6 +133,6 @@ def test_read_series_rejects_bad_files(tmp_path, text, fragment):
 
 
 def test_usage_lists_compare(capsys):
-    from loom import cli
+    from loom.tools import cli
     assert cli.main(["--help"]) == 0
     assert "compare" in capsys.readouterr().out

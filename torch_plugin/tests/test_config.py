@@ -44,8 +44,24 @@ def test_defaults_per_mode():
     (("auto",), {"backend": "host", "devices": 65}, "devices: 65 is not in "
                                                     "1..64"),
     (("auto",), {"trace_format": "xml"}, "trace_format: 'xml' is not one of"),
-    (("auto",), {"plan_args": "--fast"}, "plan_args: expected a list of "
-                                         "strings"),
+    (("auto",), {"plan_args": ["--time-limit", "5"]},
+     "plan_args is gone: the planner runs inside libloom now; pass "
+     "plan_options, a dict such as {'time_limit': 5}"),
+    (("auto",), {"plan_options": ["time_limit", 5]},
+     "plan_options: expected a dict of planner options"),
+    (("auto",), {"plan_options": {"time-limit": 5}},
+     "plan_options: unknown planner option 'time-limit' (options: algorithm, "
+     "align, capacity"),
+    (("auto",), {"plan_options": {"time_limit": 0}},
+     "plan_options['time_limit']: expected a positive number of seconds"),
+    (("auto",), {"plan_options": {"capacity": "lots"}},
+     "plan_options['capacity']: 'lots' is not a byte count"),
+    (("auto",), {"plan_options": {"persistent": "no"}},
+     "plan_options['persistent']: expected True or False"),
+    (("auto",), {"plan_options": {"steady_iteration": -2}},
+     "plan_options['steady_iteration']: -2 is not in >= -1"),
+    (("auto",), {"plan_options": {"algorithm": "a;b"}},
+     "plan_options['algorithm']: expected a name, got 'a;b'"),
     (("auto",), {"plan_timeout": 0}, "plan_timeout: expected a positive "
                                      "number of seconds"),
     (("auto",), {"plan_async": 1}, "plan_async: expected True or False"),
@@ -59,6 +75,24 @@ def test_bad_configuration_is_named(args, options, message):
     with pytest.raises(LoomError) as error:
         config.parse_config(*args, **options)
     assert message in str(error.value)
+
+
+def test_plan_options_are_checked_and_passed_as_libloom_text():
+    cfg = config.parse_config("auto", plan_options={
+        "time_limit": 5, "capacity": "40GiB", "persistent": False,
+        "algorithm": "best-fit", "steady_iteration": -1})
+    assert cfg.plan_options == {"time_limit": 5.0, "capacity": 40 << 30,
+                                "persistent": False, "algorithm": "best-fit",
+                                "steady_iteration": -1}
+    from loom import _native  # pylint: disable=import-outside-toplevel
+    assert _native.plan_options_string(cfg.plan_options) == (
+        "time_limit=5.0;capacity=42949672960;persistent=0;"
+        "algorithm=best-fit;steady_iteration=-1")
+    assert config.parse_config("auto").plan_options == {}
+    assert sorted(config.PLAN_OPTIONS) == [
+        "algorithm", "align", "capacity", "granule", "minimize", "period",
+        "persistent", "round", "scope", "seed", "source", "steady_iteration",
+        "time_limit"]
 
 
 def test_sizes():

@@ -6,7 +6,7 @@ import importlib.util
 import pytest
 
 from loom import integrations
-from loom import trace_text
+from loom.tools import trace as loom_trace
 from loom.errors import LoomError
 from loom_fakes import HOST, FakeModule, FakeTensor
 
@@ -26,7 +26,7 @@ def _session(loom, tmp_path):
 
 
 def _marker_names(tmp_path):
-    trace = trace_text.read_trace(tmp_path / "trace.rank0.ltt")
+    trace = loom_trace.read_trace(tmp_path / "trace.rank0.ltt")
     out = []
     for e in trace.events[2:]:
         if e.kind in ("iter_begin", "iter_end"):

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from loom import markers
-from loom import trace_text
+from loom.tools import trace as loom_trace
 from loom.errors import LoomError
 from loom_fakes import HOST, FakeModule, FakeOptimizer, FakeTensor, OldOptimizer
 
@@ -22,7 +22,7 @@ def _record(loom, tmp_path):
 def _markers(loom, tmp_path):
     """The recorded trace's marker events as short strings."""
     loom.finish()
-    trace = trace_text.read_trace(tmp_path / "trace.rank0.ltt")
+    trace = loom_trace.read_trace(tmp_path / "trace.rank0.ltt")
     out = []
     for e in trace.events[2:]:  # after _record's alloc and free
         if e.kind in ("iter_begin", "iter_end"):
@@ -169,11 +169,8 @@ def test_module_exits_always_nest(loom_env, tmp_path):
         "enter:a:1", "enter:b:0", "enter:c:1", "exit:c", "exit:b", "exit:a"]
 
 
-def test_markers_without_loom_are_no_ops():
-    import loom
-    from loom import control
-    if control.current() is not None:
-        pytest.skip("a session is active")
+def test_markers_without_loom_are_no_ops(no_session):
+    loom = no_session
     loom.step()
     loom.phase("forward")
     loom.module_enter("x", True)

@@ -1,6 +1,10 @@
-"""Which plan a rank loads, and making plans (no libloom needed)."""
+"""Which plan a rank loads, and making plans in process with libloom's
+planner (fingerprints and plans need libloom: the tests fail without it)."""
 
+import functools
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -8,12 +12,18 @@ from loom import config as config_lib
 from loom import fingerprint as fp
 from loom import planning
 from loom.errors import LoomError
-from loom.trace_text import Event, Trace
+from loom.tools import trace as loom_trace
+from loom.tools.trace import Event, Trace
 
 FAKE_PLAN = planning.PLAN_MAGIC + b"\x01\x00\x00\x00 a stand-in plan body"
 
 
-def _fingerprint(sizes):
+@pytest.fixture(autouse=True)
+def _needs_libloom(libloom):
+    return libloom
+
+
+def _events(sizes):
     events = [Event.alloc(1, 100)]
     next_id = 2
     for i in range(3):
@@ -22,7 +32,22 @@ def _fingerprint(sizes):
             events += [Event.alloc(next_id, size), Event.free(next_id)]
             next_id += 1
         events.append(Event("iter_end", id=i))
-    return fp.fingerprint_trace(Trace(events=events))
+    return Trace(events=events)
+
+
+def _write(sizes, path):
+    loom_trace.write_trace(_events(sizes), path)
+    return Path(path)
+
+
+@functools.lru_cache()
+def _fingerprint_of(sizes):
+    with tempfile.TemporaryDirectory() as tmp:
+        return fp.fingerprint_trace(_write(sizes, Path(tmp) / "t.ltb"))
+
+
+def _fingerprint(sizes):
+    return dict(_fingerprint_of(tuple(sizes)))
 
 
 def _record_trace(workdir, rank, sizes):
@@ -143,23 +168,44 @@ def test_plan_trace_with_a_planner_callable(tmp_path):
                             planner=lambda t, p: None)
 
 
-def test_loom_tool_failures_carry_its_message(tmp_path, monkeypatch):
-    tool = tmp_path / "loom_tool"
-    tool.write_text("#!/bin/sh\necho \"\" >&2\necho 'loom_tool plan: "
-                    "trace.ltb: offset 12: bad varint' >&2\nexit 1\n")
-    tool.chmod(0o755)
-    monkeypatch.setenv("LOOM_TOOL", str(tool))
+def test_plan_trace_plans_in_process_with_libloom(tmp_path):
+    trace = _write([4096, 512], tmp_path / "trace.rank0.ltb")
+    plan = tmp_path / "plan.rank0.lplan"
+    record = fp.fingerprint_trace(trace)
+    report = planning.plan_trace(trace, plan, record,
+                                 options={"time_limit": 2, "persistent": True},
+                                 rank=0)
+    planning.check_plan_file(plan)
+    assert report["valid"] and report["fits"]
+    assert report["input"] == str(trace)
+    assert report["peak_bytes"] >= report["lower_bound_bytes"] > 0
+    side = fp.read_sidecar(plan)
+    assert side["fingerprint"] == record and side["trace"] == trace.name
+    assert side["peak_bytes"] == report["peak_bytes"]
+    assert side["algorithm"] == report["algorithm"]
+
+
+def test_planner_failures_carry_libloom_s_message(tmp_path):
+    trace = _write([4096, 512], tmp_path / "t.ltb")
+    record = fp.fingerprint_trace(trace)
+    plan = tmp_path / "p.lplan"
     with pytest.raises(planning.PlanningError) as error:
-        planning.run_loom_tool("trace.ltb", "plan.lplan")
-    assert str(error.value) == ("loom_tool plan exited with status 1: "
-                                "loom_tool plan: trace.ltb: offset 12: bad "
-                                "varint")
-    tool.write_text("#!/bin/sh\nsleep 5\n")
-    with pytest.raises(planning.PlanningError, match="took more than 0.2 s"):
-        planning.run_loom_tool("t", "p", timeout=0.2)
-    monkeypatch.setenv("LOOM_TOOL", str(tmp_path / "missing"))
-    with pytest.raises(planning.PlanningError, match="does not exist"):
-        planning.run_loom_tool("t", "p")
+        planning.plan_trace(trace, plan, record, options={"capacity": 1000})
+    assert str(error.value) == (
+        f"planning t.ltb failed: {trace}: no plan within the capacity of "
+        f"1000 bytes (best peak 4608)")
+    assert not plan.exists()
+    with pytest.raises(planning.PlanningError,
+                       match="unknown plan option 'bogus'"):
+        planning.plan_trace(trace, plan, record, options={"bogus": 1})
+    with pytest.raises(planning.PlanningError,
+                       match=r"algorithm 'magic'"):
+        planning.plan_trace(trace, plan, record,
+                            options={"algorithm": "magic"})
+    bad = tmp_path / "bad.ltb"
+    bad.write_bytes(b"LOOMTRC\x00 not really")
+    with pytest.raises(planning.PlanningError, match=r"bad.ltb"):
+        planning.plan_trace(bad, plan, record)
 
 
 def test_wait_for_plan(tmp_path):

@@ -9,16 +9,11 @@ import pytest
 from loom import config as config_lib
 from loom import fingerprint as fp
 from loom import planning
-from loom import trace_text
+from loom.tools import trace as loom_trace
 from loom.errors import LoomError
 from loom_fakes import HOST, FakeLoop
 
 FAKE_PLAN = planning.PLAN_MAGIC + b"\x01\x00\x00\x00 a stand-in plan body"
-
-# What a missing planner or plan reader says (loom_tool plan on traces and
-# the runtime's plan reader land with the planner).
-NOT_YET = ("unknown subcommand 'plan'", "reading plan files lands",
-           "not a MiniMalloc", "unknown column")
 
 
 def _run(loom, session, iterations, extra_at=None):
@@ -43,7 +38,7 @@ def test_record_mode_writes_a_trace_that_parses(loom_env, tmp_path):
     status = loom.finish()
     trace_file = tmp_path / "trace.rank0.ltt"
     assert status["files"]["trace"] == str(trace_file)
-    trace = trace_text.read_trace(trace_file)
+    trace = loom_trace.read_trace(trace_file)
     kinds = _kinds(trace)
     # Weights (4 allocs), then iteration 0 (unmarked: the first step() ends
     # it), iterations 1 and 2 marked, and iteration 3 closed by finish().
@@ -60,7 +55,7 @@ def test_record_mode_writes_a_trace_that_parses(loom_env, tmp_path):
     sizes = [e.size for e in trace.events[one:two] if e.kind == "alloc"]
     assert sizes[:5] == [2 << 20, 2 << 20, 512 << 10, 3000, 1 << 20]
     side = fp.read_sidecar(trace_file)
-    assert side["fingerprint"] == fp.fingerprint_trace(trace)
+    assert side["fingerprint"] == fp.fingerprint_trace(trace_file)
     assert side["fingerprint"]["steady_allocs"] == 10
     assert side["events"] == len(trace.events)
     # finish() is idempotent; markers keep working afterwards.
@@ -80,7 +75,10 @@ def test_record_mode_binary_trace_by_default(loom_env, tmp_path):
     assert trace_file.read_bytes()[:4] != b"loom"  # binary form
     side = fp.read_sidecar(trace_file)
     assert side["fingerprint"]["has_steady"]
-    assert not list(tmp_path.glob(".trace-*")), "temporary text copy removed"
+    assert side["fingerprint"] == fp.fingerprint_trace(trace_file)
+    # The fingerprint is libloom's, of the file written: no other copy.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "trace.rank0.ltb", "trace.rank0.ltb.json"]
 
 
 def test_full_record_buffer_is_a_clear_error(loom_env, tmp_path):
@@ -115,7 +113,7 @@ def test_auto_mode_planning_failure_keeps_training(loom_env, tmp_path, caplog):
     assert "planning failed, training goes on" in caplog.text
     assert not status["plan_loaded"]
     # The trace of the first three iterations is there, with its fingerprint.
-    trace = trace_text.read_trace(tmp_path / "trace.rank0.ltt")
+    trace = loom_trace.read_trace(tmp_path / "trace.rank0.ltt")
     assert [e.id for e in trace.events if e.kind == "iter_end"] == [1, 2]
     assert fp.read_sidecar(tmp_path / "trace.rank0.ltt") is not None
     # Training goes on, served by the dynamic space, data intact.
@@ -180,14 +178,9 @@ def test_auto_mode_serves_later_iterations_from_the_plan(loom_env, tmp_path):
     loom = loom_env
     session = loom._configure_native(mode="auto", workdir=tmp_path,
                                      record_iterations=3, plan_async=False,
-                                     plan_args=["--time-limit", "5"], **HOST)
+                                     plan_options={"time_limit": 5}, **HOST)
     loop = _run(loom, session, 3)
     status = loom.status()
-    if status["state"] == "fallback" and any(
-            s in status["plan_error"] for s in NOT_YET):
-        loop.close()
-        pytest.skip(f"planning traces is not available yet: "
-                    f"{status['plan_error']}")
     assert status["state"] == "planned", status["plan_error"]
     assert status["plan_source"] == "own" and status["plan_loaded"]
     hits = loom.memory_stats()["loom.plan_hits"]
@@ -304,7 +297,7 @@ def test_long_recording_ends_at_a_boundary_before_the_buffer_fills(
     assert states[-1] == "recorded"
     trace_file = tmp_path / "trace.rank0.ltt"
     written = trace_file.read_bytes()
-    trace = trace_text.read_trace(trace_file)
+    trace = loom_trace.read_trace(trace_file)
     assert len(trace.events) <= 150
     assert trace.events[-1].kind == "iter_end", "ends at a boundary"
     ends = [e.id for e in trace.events if e.kind == "iter_end"]
@@ -317,7 +310,7 @@ def test_long_recording_ends_at_a_boundary_before_the_buffer_fills(
 
 def test_files_subcommand_groups_ranks_by_requests(loom_env, tmp_path,
                                                    monkeypatch, capsys):
-    from loom import cli
+    from loom.tools import cli
     loom = loom_env
     for rank, extra in ((0, None), (1, 1), (2, None)):
         monkeypatch.setenv("RANK", str(rank))
@@ -340,9 +333,13 @@ def test_files_subcommand_groups_ranks_by_requests(loom_env, tmp_path,
     assert "not a directory" in capsys.readouterr().err
 
 
-def test_record_then_plan_mode_serves_from_the_plan(loom_env, tmp_path):
-    """The two-step workflow: record, `loom_tool plan`, then a fresh run
-    (here: libloom shut down and configured again) in plan mode."""
+def test_record_then_plan_mode_serves_from_the_plan(loom_env, loom_tool,
+                                                    tmp_path, capfd):
+    """The two-step workflow of docs/plugin.md: record, `python3 -m loom
+    plan` (loom_tool), then a fresh run (here: libloom shut down and
+    configured again) in plan mode."""
+    from loom.tools import cli  # pylint: disable=import-outside-toplevel
+    del loom_tool  # built, or the test fails
     loom = loom_env
     session = loom._configure_native(mode="record", workdir=tmp_path, **HOST)
     _run(loom, session, 4).close()
@@ -350,14 +347,9 @@ def test_record_then_plan_mode_serves_from_the_plan(loom_env, tmp_path):
     loom._reset()
     trace = tmp_path / "trace.rank0.ltb"
     plan = tmp_path / "plan.rank0.lplan"
-    try:
-        planning.run_loom_tool(trace, plan, ["--time-limit", "5"])
-        session = loom._configure_native(mode="plan", workdir=tmp_path,
-                                         **HOST)
-    except LoomError as error:
-        if any(s in str(error) for s in NOT_YET):
-            pytest.skip(f"planning traces is not available yet: {error}")
-        raise
+    assert cli.main(["plan", str(trace), "-o", str(plan), "--time-limit",
+                     "5"]) == 0, capfd.readouterr().err
+    session = loom._configure_native(mode="plan", workdir=tmp_path, **HOST)
     status = loom.status()
     assert status["state"] == "serving" and status["plan_loaded"]
     assert status["plan_source"] == "own"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import snapshot_factory as sf
-from loom import cli
-from loom import snapshot_cli
-from loom import trace_text
+from loom.tools import cli
+from loom.tools import snapshot_cli
+from loom.tools import trace as loom_trace
 from test_snapshot_import import EXPECTED_TEXT, _scenario
 
 PLUGIN_DIR = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def test_import_writes_the_trace(snap, tmp_path, capsys):
 def test_import_device_option(snap, tmp_path):
     out = tmp_path / "a1.ltt"
     assert cli.main(["import", str(snap), "-o", str(out), "--device", "1"]) == 0
-    assert trace_text.read_trace(out).device == 1
+    assert loom_trace.read_trace(out).device == 1
 
 
 @pytest.mark.parametrize("make,message", [
@@ -79,7 +79,7 @@ def test_import_unwritable_output(snap, tmp_path, capsys):
     out = tmp_path / "missing" / "a.ltt"
     assert cli.main(["import", str(snap), "-o", str(out)]) == 1
     assert capsys.readouterr().err == (
-        f"loom import: {out}: cannot write: No such file or directory\n")
+        f"loom import: {out}: cannot create: No such file or directory\n")
 
 
 def test_export_snapshot_with_offsets(tmp_path, capsys):
@@ -112,8 +112,8 @@ def test_export_snapshot_errors(tmp_path, capsys):
     out = tmp_path / "t.pickle"
     assert cli.main(["export-snapshot", str(trace), "-o", str(out)]) == 1
     assert capsys.readouterr().err == (
-        f"loom export-snapshot: {trace}:2: header ends early: missing "
-        f"'granularity' line\n")
+        f"loom export-snapshot: {trace}:3: truncated: missing the "
+        f"'granularity' header line\n")
     trace.write_text("loom-trace 1\ndevice 0\ngranularity 0\nprovenance \"\"\n"
                      "events\na 0 100\nend 1\n")
     plan = tmp_path / "plan.csv"
@@ -162,7 +162,7 @@ def test_snapshot_device_picks_the_device(snap):
             [str(snap), "--snapshot-device", "1", str(snap)]) as converted:
         assert len(converted) == 2 and converted[0] != converted[1]
         for path in converted:
-            assert trace_text.read_trace(path).device == 1
+            assert loom_trace.read_trace(path).device == 1
 
 
 def test_hook_errors(snap, tmp_path):

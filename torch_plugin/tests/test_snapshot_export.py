@@ -6,12 +6,12 @@ import random
 import pytest
 
 import viz_model
-from loom import snapshot
-from loom import snapshot_export
-from loom import snapshot_import
-from loom import trace_text
-from loom.snapshot_export import ExportError
-from loom.trace_text import Event, Trace
+from loom.tools import snapshot
+from loom.tools import snapshot_export
+from loom.tools import snapshot_import
+from loom.tools import trace as loom_trace
+from loom.tools.snapshot_export import ExportError
+from loom.tools.trace import Event, Trace
 
 MIB = 1 << 20
 
@@ -21,7 +21,7 @@ def _small_trace():
         Event.alloc(0, 100),
         Event.alloc(1, 50, stream=3),
         Event.free(0, stream=3),
-        Event(trace_text.PHASE, name="x"),
+        Event(loom_trace.PHASE, name="x"),
         Event.alloc(2, 10),
     ])
 
@@ -111,7 +111,7 @@ def _random_trace(seed, n=300):
     events, live, freed, next_id = [], [], [], 0
     for i in range(n):
         if i % 50 == 0:
-            events.append(Event(trace_text.ITER_BEGIN, id=i // 50))
+            events.append(Event(loom_trace.ITER_BEGIN, id=i // 50))
         if live and rng.random() < 0.45:
             request = live.pop(rng.randrange(len(live)))
             freed.append(request)
@@ -130,14 +130,14 @@ def _random_trace(seed, n=300):
 def _reference_first_fit(trace, alignment=512):
     offsets, live = [], {}
     for event in trace.events:
-        if event.kind == trace_text.ALLOC:
+        if event.kind == loom_trace.ALLOC:
             candidates = [0] + [-(-hi // alignment) * alignment
                                 for lo, hi in live.values()]
             offset = min(c for c in candidates if all(
                 c + event.size <= lo or hi <= c for lo, hi in live.values()))
             live[event.id] = (offset, offset + event.size)
             offsets.append(offset)
-        elif event.kind == trace_text.FREE:
+        elif event.kind == loom_trace.FREE:
             del live[event.id]
     return offsets
 
@@ -160,10 +160,10 @@ def _alloc_free_sequence(trace):
     of the alloc they end (so ids renumbered consistently compare equal)."""
     current, out = {}, []
     for event in trace.events:
-        if event.kind == trace_text.ALLOC:
+        if event.kind == loom_trace.ALLOC:
             current[event.id] = len(current) + sum(o[0] == "free" for o in out)
             out.append(("alloc", current[event.id], event.size))
-        elif event.kind == trace_text.FREE:
+        elif event.kind == loom_trace.FREE:
             out.append(("free", current.pop(event.id), None))
     return out
 
@@ -172,11 +172,11 @@ def _peak(trace):
     live = peak = 0
     sizes = {}
     for event in trace.events:
-        if event.kind == trace_text.ALLOC:
+        if event.kind == loom_trace.ALLOC:
             sizes[event.id] = event.size
             live += event.size
             peak = max(peak, live)
-        elif event.kind == trace_text.FREE:
+        elif event.kind == loom_trace.FREE:
             live -= sizes.pop(event.id)
     return peak
 
@@ -197,12 +197,12 @@ def test_export_then_import_gives_the_same_history(tmp_path, seed, mode):
     assert result.warnings == []
     streams = [e.stream for e in result.trace.events]
     assert streams == [e.stream for e in trace.events
-                       if e.kind in (trace_text.ALLOC, trace_text.FREE)]
+                       if e.kind in (loom_trace.ALLOC, loom_trace.FREE)]
 
 
 def test_export_accepts_a_trace_path(tmp_path):
     trace_path = tmp_path / "t.ltt"
-    trace_text.write_trace(_small_trace(), trace_path)
+    loom_trace.write_trace(_small_trace(), trace_path)
     got = snapshot_export.export_snapshot(trace_path, tmp_path / "o.pickle",
                                           SMALL_ADDRESSES)
     assert snapshot.loads_snapshot((tmp_path / "o.pickle").read_bytes()) == got
@@ -224,7 +224,7 @@ def test_bad_addresses_are_refused(addresses, error, message):
 
 
 def test_invalid_trace_and_mode_are_refused(tmp_path):
-    with pytest.raises(trace_text.TraceError, match="free of request 3"):
+    with pytest.raises(loom_trace.TraceError, match="free of request 3"):
         snapshot_export.build_snapshot(Trace(events=[Event.free(3)]))
     with pytest.raises(ExportError, match="granularity -1 is not a positive"):
         snapshot_export.build_snapshot(_small_trace(), granularity=-1)

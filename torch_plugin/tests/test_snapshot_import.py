@@ -3,9 +3,9 @@
 import pytest
 
 import snapshot_factory as sf
-from loom import snapshot_import
-from loom import trace_text
-from loom.snapshot import SnapshotError
+from loom.tools import snapshot_import
+from loom.tools import trace as loom_trace
+from loom.tools.snapshot import SnapshotError
 
 
 def _scenario():
@@ -67,9 +67,16 @@ def _import(snap, device=None):
     return snapshot_import.convert_snapshot(snap, device, "dir/a.pickle")
 
 
-def test_scenario_converts_exactly():
+def _text(trace, tmp_path):
+    """`trace` in the text form, as libloom writes it."""
+    path = tmp_path / "written.ltt"
+    loom_trace.write_trace(trace, path)
+    return path.read_text(encoding="utf-8")
+
+
+def test_scenario_converts_exactly(tmp_path):
     result = _import(_scenario())
-    assert trace_text.format_trace(result.trace) == EXPECTED_TEXT
+    assert _text(result.trace, tmp_path) == EXPECTED_TEXT
     assert result.addresses == {0: 0xA000, 1: 0xB000, 2: 0xC000, 3: 0x1000,
                                 4: 0x2000, 5: 0x1000, 6: 0x1000, 7: 0xA000}
     assert result.counts == {"alloc": 5, "free_requested": 2,
@@ -83,20 +90,21 @@ def test_scenario_converts_exactly():
     assert result.warnings == []
 
 
-def test_from_file_round_trips_through_text(tmp_path):
+def test_from_file_round_trips_through_both_forms(tmp_path):
     path = sf.write(tmp_path / "a.pickle", _scenario())
     result = snapshot_import.import_snapshot(path)
-    assert trace_text.format_trace(result.trace) == EXPECTED_TEXT
-    out = tmp_path / "a.ltt"
-    trace_text.write_trace(result.trace, out)
-    assert trace_text.read_trace(out) == result.trace
+    assert _text(result.trace, tmp_path) == EXPECTED_TEXT
+    for name in ("a.ltt", "a.ltb"):
+        out = tmp_path / name
+        loom_trace.write_trace(result.trace, out)
+        assert loom_trace.read_trace(out) == result.trace
 
 
 def test_other_device_explicitly():
     result = _import(_scenario(), device=1)
     assert result.trace.device == 1
     assert result.trace.provenance == "snapshot import of a.pickle device 1"
-    assert result.trace.events == [trace_text.Event.alloc(0, 1000, 3, 1)]
+    assert result.trace.events == [loom_trace.Event.alloc(0, 1000, 3, 1)]
     assert result.addresses == {0: 0xE000}
     assert result.entries == 0
 
@@ -154,7 +162,7 @@ def test_zero_size_blocks_are_skipped_with_their_frees():
         [sf.segment(0x3000, [sf.block(0x3000, 512, "active_allocated", 5),
                              sf.block(0x3200, 512, "active_allocated", 0)])])
     result = _import(snap)
-    assert result.trace.events == [trace_text.Event.alloc(0, 5)]
+    assert result.trace.events == [loom_trace.Event.alloc(0, 5)]
     assert result.zero_size_skipped == 4
     assert result.warnings == ["4 zero-size blocks skipped"]
     assert result.addresses == {0: 0x3000}
@@ -175,5 +183,5 @@ def test_tolerated_oddities_are_warned_about():
         "'segments'",
     ]
     assert [e.size for e in result.trace.events
-            if e.kind == trace_text.ALLOC] == [100, 100, 10]
+            if e.kind == loom_trace.ALLOC] == [100, 100, 10]
     assert result.peak_live_bytes == 110

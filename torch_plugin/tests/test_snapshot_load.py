@@ -7,8 +7,8 @@ import random
 import pytest
 
 import snapshot_factory as sf
-from loom import snapshot
-from loom.snapshot import SnapshotError
+from loom.tools import snapshot
+from loom.tools.snapshot import SnapshotError
 
 
 class Custom:  # pickled by reference to its class: must be refused

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from loom import _torch
-from loom import control
+from loom import _state
 from loom import stats
 from loom.errors import LoomError
 from loom_fakes import fake_torch
@@ -34,7 +34,7 @@ def test_without_torch_the_error_is_one_clear_line(loom_env, tmp_path):
         "loom.enable() needs PyTorch, which cannot be imported here (No "
         "module named 'torch')")
     assert error.value.__cause__ is None and error.value.__suppress_context__
-    assert control.current() is None
+    assert _state.current() is None
     with pytest.raises(LoomError, match="loom.pool.. needs PyTorch"):
         with loom.pool():
             pass
@@ -68,7 +68,7 @@ def test_no_cuda(loom_env, tmp_path, monkeypatch):
     message = str(error.value)
     assert "CUDA is not available to PyTorch 2.9.0" in message
     assert "torch.version.cuda = None" in message
-    assert control.current() is None
+    assert _state.current() is None
 
 
 def test_old_torch(loom_env, tmp_path, monkeypatch):
@@ -86,7 +86,7 @@ def test_cuda_already_initialised(loom_env, tmp_path, monkeypatch):
         loom_env.enable(workdir=tmp_path)
     assert str(error.value) == _torch.TOO_LATE
     assert "Call loom.enable() first thing" in str(error.value)
-    assert control.current() is None
+    assert _state.current() is None
 
 
 def test_swap_refused_by_torch(loom_env, tmp_path, monkeypatch):
@@ -94,7 +94,7 @@ def test_swap_refused_by_torch(loom_env, tmp_path, monkeypatch):
     with pytest.raises(LoomError) as error:
         loom_env.enable(mode="record", workdir=tmp_path)
     assert str(error.value) == _torch.TOO_LATE
-    assert control.current() is None, "the half-enabled session is dropped"
+    assert _state.current() is None, "the half-enabled session is dropped"
     # libloom was shut down again: it can be configured afresh.
     _use(monkeypatch, swap_error="something else broke")
     with pytest.raises(LoomError, match="change_current_allocator failed: "
@@ -107,7 +107,7 @@ def test_enable_installs_libloom_with_its_hooks(loom_env, tmp_path,
     loom = loom_env
     torch, calls, _ = _use(monkeypatch)
     status = loom.enable(mode="record", workdir=tmp_path, cap="40GiB")
-    session = control.current()
+    session = _state.current()
     native = session.native
     assert calls[0] == ("CUDAPluggableAllocator", native.path,
                         "loom_torch_malloc", "loom_free")
@@ -142,8 +142,8 @@ def test_torchrun_rank_gets_its_device(loom_env, tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "11")
     loom_env.enable(mode="record", workdir=tmp_path, torch_stats=False)
     assert calls[-1] == ("set_device", 3)
-    assert control.current().device == 3
-    assert control.current().ranks.rank == 11
+    assert _state.current().device == 3
+    assert _state.current().ranks.rank == 11
 
 
 def test_missing_record_stream_hook_is_a_warning(loom_env, tmp_path,
@@ -164,11 +164,11 @@ def test_pool(loom_env, monkeypatch):
                                         r"\(PyTorch >= 2.5\)"):
         with loom.pool():
             pass
-    assert control.current() is None, "nothing configured after the error"
+    assert _state.current() is None, "nothing configured after the error"
     _, calls, _ = _use(monkeypatch, mem_pool=True)
     with loom.pool(device=0) as first:
         pass
-    assert control.current().mode == "pool"
+    assert _state.current().mode == "pool"
     with loom.pool(device=0) as second:
         pass
     assert first is second, "one MemPool per device, reused"

@@ -72,7 +72,7 @@ def choose_allocator(args):
     import loom  # pylint: disable=import-outside-toplevel
     loom.enable(mode="auto", workdir=args.workdir,
                 record_iterations=args.record_iterations,
-                plan_args=["--time-limit", str(args.plan_time_limit)])
+                plan_options={"time_limit": args.plan_time_limit})
     return loom
 
 

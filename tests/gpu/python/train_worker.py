@@ -40,7 +40,7 @@ def enable_loom(args):
     options = {}
     if args.mode == "auto":
         options = {"record_iterations": args.record_iterations,
-                   "plan_args": ["--time-limit", "5"]}
+                   "plan_options": {"time_limit": 5}}
     loom.enable(mode=args.mode, workdir=args.workdir, **options)
     return loom
 

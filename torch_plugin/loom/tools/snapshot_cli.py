@@ -1,7 +1,8 @@
-"""Command-line side of snapshot import/export (pure Python, no loom_tool).
+"""Command-line side of snapshot import/export (loom trace files are read
+and written by libloom, through loom.tools.trace).
 
-  loom import <snapshot> -o out.ltt [--device N]
-  loom export-snapshot <trace.ltt> -o out.pickle [--offsets plan.csv]
+  loom import <snapshot> -o out.ltt|out.ltb [--device N]
+  loom export-snapshot <trace> -o out.pickle [--offsets plan.csv]
                        [--segments alloc|map] [--granularity BYTES]
 
 and the hook `converted_snapshot_args` that lets every subcommand forwarded
@@ -18,11 +19,12 @@ import os
 import sys
 import tempfile
 
-from loom import snapshot_export
-from loom import snapshot_import
-from loom import trace_text
-from loom.snapshot import SnapshotError
-from loom.snapshot import is_snapshot_file
+from loom.errors import LoomError
+from loom.tools import snapshot_export
+from loom.tools import snapshot_import
+from loom.tools import trace as loom_trace
+from loom.tools.snapshot import SnapshotError
+from loom.tools.snapshot import is_snapshot_file
 
 OUTPUT_OPTIONS = ("-o", "--output", "--out")
 DEVICE_OPTION = "--snapshot-device"
@@ -100,8 +102,8 @@ def converted_snapshot_args(args):
             out = os.path.join(tmp, name + ".ltt")
             try:
                 result = snapshot_import.import_snapshot(rest[i], device)
-                trace_text.write_trace(result.trace, out)
-            except (SnapshotError, trace_text.TraceError) as error:
+                loom_trace.write_trace(result.trace, out)
+            except (SnapshotError, loom_trace.TraceError, LoomError) as error:
                 raise ConversionError(str(error)) from None
             except OSError as error:
                 raise ConversionError(f"{out}: cannot write: "
@@ -129,12 +131,13 @@ def run_import(argv):
     parser = _parser(
         "loom import",
         "Converts a PyTorch memory snapshot (torch.cuda.memory."
-        "_dump_snapshot pickle) to a loom text trace. The pickle is loaded "
+        "_dump_snapshot pickle) to a loom trace. The pickle is loaded "
         "with a restricted unpickler (plain data only). Blocks allocated "
         "before recording started become allocs at the start of the trace.")
     parser.add_argument("snapshot", help="snapshot pickle")
     parser.add_argument("-o", "--output", required=True,
-                        help="loom text trace to write (.ltt)")
+                        help="loom trace to write (text for a .ltt name, "
+                        "else binary)")
     parser.add_argument("--device", type=_checked_int, default=None,
                         help="device to import (default: the one with the "
                         "most trace entries)")
@@ -143,8 +146,8 @@ def run_import(argv):
         return status
     try:
         result = snapshot_import.import_snapshot(args.snapshot, args.device)
-        trace_text.write_trace(result.trace, args.output)
-    except (SnapshotError, trace_text.TraceError) as error:
+        loom_trace.write_trace(result.trace, args.output)
+    except (SnapshotError, loom_trace.TraceError, LoomError) as error:
         print(f"loom import: {error}", file=sys.stderr)
         return 1
     except OSError as error:
@@ -153,7 +156,7 @@ def run_import(argv):
         return 1
     for warning in result.warnings:
         print(f"loom import: warning: {warning}", file=sys.stderr)
-    allocs = sum(1 for e in result.trace.events if e.kind == trace_text.ALLOC)
+    allocs = sum(1 for e in result.trace.events if e.kind == loom_trace.ALLOC)
     frees = len(result.trace.events) - allocs
     counts = ", ".join(f"{action} {n}" for action, n in
                        sorted(result.counts.items()))
@@ -177,10 +180,10 @@ def run_export(argv):
     """`loom export-snapshot`; returns the exit status."""
     parser = _parser(
         "loom export-snapshot",
-        "Writes a loom text trace as a PyTorch memory snapshot pickle that "
+        "Writes a loom trace as a PyTorch memory snapshot pickle that "
         "pytorch.org/memory_viz opens. Block addresses come from a plan's "
         "offsets CSV, or from a first-fit placement.")
-    parser.add_argument("trace", help="loom text trace (.ltt)")
+    parser.add_argument("trace", help="loom trace (text .ltt or binary)")
     parser.add_argument("-o", "--output", required=True,
                         help="snapshot pickle to write")
     parser.add_argument("--offsets", metavar="PLAN_CSV",
@@ -203,7 +206,7 @@ def run_export(argv):
               file=sys.stderr)
         return 2
     try:
-        trace = trace_text.read_trace(args.trace)
+        trace = loom_trace.read_trace(args.trace)
         addresses = None
         if args.offsets:
             plan = snapshot_export.read_offsets_csv(args.offsets)
@@ -211,7 +214,8 @@ def run_export(argv):
                                                             args.offsets)
         snapshot = snapshot_export.export_snapshot(
             trace, args.output, addresses, args.granularity, args.segments)
-    except (trace_text.TraceError, snapshot_export.ExportError) as error:
+    except (loom_trace.TraceError, snapshot_export.ExportError,
+            LoomError) as error:
         print(f"loom export-snapshot: {error}", file=sys.stderr)
         return 1
     reserved = sum(s["total_size"] for s in snapshot["segments"])

@@ -28,7 +28,7 @@ import bisect
 import csv
 import pickle
 
-from loom import trace_text
+from loom.tools import trace as loom_trace
 
 DEFAULT_GRANULARITY = 2 << 20  # bytes: CUDA's VMM granule on current GPUs
 FIRST_FIT_ALIGNMENT = 512      # PyTorch's minimum block size
@@ -136,14 +136,14 @@ def first_fit(trace, alignment=FIRST_FIT_ALIGNMENT):
     REQUIRES: validate_trace(trace) passes."""
     offsets, spaces, placed = [], {}, {}
     for event in trace.events:
-        if event.kind == trace_text.ALLOC:
+        if event.kind == loom_trace.ALLOC:
             space = spaces.get(event.device)
             if space is None:
                 space = spaces[event.device] = _FirstFit(alignment)
             offset = space.alloc(event.size)
             offsets.append(offset)
             placed[event.id] = (space, offset, offset + event.size)
-        elif event.kind == trace_text.FREE:
+        elif event.kind == loom_trace.FREE:
             space, lo, hi = placed.pop(event.id)
             space.free(lo, hi)
     return offsets
@@ -241,7 +241,7 @@ def _alloc_addresses(trace, addresses):
         return first_fit(trace)
     result = []
     for index, event in enumerate(trace.events):
-        if event.kind != trace_text.ALLOC:
+        if event.kind != loom_trace.ALLOC:
             continue
         addr = addresses.get(event.id)
         if addr is None:
@@ -257,7 +257,7 @@ def _alloc_addresses(trace, addresses):
 def _components(trace, alloc_addresses, granularity):
     """Per device, the runs of granules touched by any request."""
     runs = {}
-    allocs = (e for e in trace.events if e.kind == trace_text.ALLOC)
+    allocs = (e for e in trace.events if e.kind == loom_trace.ALLOC)
     for event, addr in zip(allocs, alloc_addresses):
         if addr + event.size > MAX_VIZ_ADDRESS:
             raise ExportError(f"request {event.id}: address {addr:#x} + size "
@@ -273,7 +273,7 @@ def build_snapshot(trace, addresses=None, granularity=None,
     """The snapshot dict for `trace` (see the module docstring).
     `granularity` defaults to the trace's, or 2 MiB if that is 0. Raises
     ExportError (bad addresses, overlaps) or TraceError (invalid trace)."""
-    trace_text.validate_trace(trace)
+    loom_trace.validate_trace(trace)
     if segment_mode not in ("alloc", "map"):
         raise ExportError(f"segment mode {segment_mode!r} is not 'alloc' or "
                           f"'map'")
@@ -287,7 +287,7 @@ def build_snapshot(trace, addresses=None, granularity=None,
     devices = {}
     where = {}  # live request id -> (its _Device, addr, size)
     for time_us, event in enumerate(trace.events):
-        if event.kind == trace_text.ALLOC:
+        if event.kind == loom_trace.ALLOC:
             state = devices.get(event.device)
             if state is None:
                 state = devices[event.device] = _Device(
@@ -299,7 +299,7 @@ def build_snapshot(trace, addresses=None, granularity=None,
             state.entries.append(_entry("alloc", addr, event.size,
                                         event.stream, time_us))
             where[event.id] = (state, addr, event.size)
-        elif event.kind == trace_text.FREE:
+        elif event.kind == loom_trace.FREE:
             state, addr, size = where.pop(event.id)
             del state.starts[bisect.bisect_left(state.starts, addr)]
             del state.live[addr]
@@ -317,10 +317,11 @@ def build_snapshot(trace, addresses=None, granularity=None,
 
 def export_snapshot(trace, path, addresses=None, granularity=None,
                     segment_mode="alloc"):
-    """Writes `trace` (a trace_text.Trace, or the path of a text trace) as a
-    memory-snapshot pickle at `path`; returns the snapshot dict."""
-    if not isinstance(trace, trace_text.Trace):
-        trace = trace_text.read_trace(trace)
+    """Writes `trace` (a loom.tools.trace.Trace, or the path of a trace
+    file, either form) as a memory-snapshot pickle at `path`; returns the
+    snapshot dict."""
+    if not isinstance(trace, loom_trace.Trace):
+        trace = loom_trace.read_trace(trace)
     snapshot = build_snapshot(trace, addresses, granularity, segment_mode)
     data = pickle.dumps(snapshot, protocol=PICKLE_PROTOCOL)
     try:
@@ -390,7 +391,7 @@ def addresses_from_plan(trace, plan, source="<plan>"):
     that the plan covers exactly the trace's requests with the same sizes."""
     sizes = {}
     for event in trace.events:
-        if event.kind == trace_text.ALLOC:
+        if event.kind == loom_trace.ALLOC:
             sizes.setdefault(event.id, event.size)
             if event.id not in plan:
                 raise ExportError(f"{source}: no offset for request "

@@ -13,7 +13,7 @@ never seen before), in the order of their frees, sized from the free entry;
 then the blocks active at the dump (`segments`, state active_allocated or
 active_pending_free) that the history never allocated, by address, never
 freed. Request ids are 0, 1, 2, ... in trace order. Zero-size allocs carry
-no memory (the text form forbids size 0): they and their frees are skipped
+no memory (a trace forbids size 0): they and their frees are skipped
 and counted.
 
 The history must be consistent: an alloc at an address that is live, a
@@ -25,9 +25,9 @@ import collections
 import dataclasses
 import os
 
-from loom import snapshot as snapshot_lib
-from loom import trace_text
-from loom.snapshot import SnapshotError
+from loom.tools import snapshot as snapshot_lib
+from loom.tools import trace as loom_trace
+from loom.tools.snapshot import SnapshotError
 
 
 @dataclasses.dataclass
@@ -36,7 +36,7 @@ class ImportResult:
     PyTorch gave the block (usable by export_snapshot to redraw the original
     layout); `counts` is the number of entries per action in the device's
     history; `warnings` lists tolerated oddities (one line each)."""
-    trace: trace_text.Trace
+    trace: loom_trace.Trace
     addresses: dict
     device: int
     entries: int
@@ -102,7 +102,7 @@ def _replay_history(entries, source, device):
             request = _Request(addr, entry["size"], entry["stream"], index)
             live[addr] = request
             if not request.skip:
-                history.append((trace_text.ALLOC, request, request.stream))
+                history.append((loom_trace.ALLOC, request, request.stream))
         elif action == "free_completed":
             addr = entry["addr"]
             request = live.pop(addr, None)
@@ -119,12 +119,12 @@ def _replay_history(entries, source, device):
                 mismatches += 1
             last_free[addr] = index
             if not request.skip:
-                history.append((trace_text.FREE, request, entry["stream"]))
+                history.append((loom_trace.FREE, request, entry["stream"]))
     return history, pre_freed, live, last_free, counts, mismatches
 
 
 def convert_snapshot(snapshot, device=None, source="<snapshot>"):
-    """Converts a validated snapshot dict (see loom.snapshot) to a loom
+    """Converts a validated snapshot dict (see loom.tools.snapshot) to a loom
     trace. Raises SnapshotError on an inconsistent history."""
     device = pick_device(snapshot, device, source)
     traces = snapshot["device_traces"]
@@ -157,20 +157,20 @@ def convert_snapshot(snapshot, device=None, source="<snapshot>"):
     for request in pre_freed + pre_live:
         request.id = len(addresses)
         addresses[request.id] = request.addr
-        events.append(trace_text.Event.alloc(request.id, request.size,
+        events.append(loom_trace.Event.alloc(request.id, request.size,
                                              request.stream, device))
         live_bytes += request.size
     peak = live_bytes
     for kind, request, stream in history:
-        if kind == trace_text.ALLOC:
+        if kind == loom_trace.ALLOC:
             request.id = len(addresses)
             addresses[request.id] = request.addr
-            events.append(trace_text.Event.alloc(request.id, request.size,
+            events.append(loom_trace.Event.alloc(request.id, request.size,
                                                  stream, device))
             live_bytes += request.size
             peak = max(peak, live_bytes)
         elif request.id is not None:
-            events.append(trace_text.Event.free(request.id, stream, device))
+            events.append(loom_trace.Event.free(request.id, stream, device))
             live_bytes -= request.size
 
     warnings = []
@@ -187,7 +187,7 @@ def convert_snapshot(snapshot, device=None, source="<snapshot>"):
         warnings.append(f"{zero_skipped} zero-size blocks skipped")
 
     name = os.path.basename(str(source))
-    trace = trace_text.Trace(
+    trace = loom_trace.Trace(
         device=device, granularity=0,
         provenance=f"snapshot import of {name} device {device}",
         events=events)

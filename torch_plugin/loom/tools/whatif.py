@@ -10,7 +10,8 @@ picture.
 import argparse
 import sys
 
-from loom import cli
+from loom.tools import compare_plot
+from loom.tools.forward import run_forwarded
 
 
 def main(argv):
@@ -31,7 +32,7 @@ def main(argv):
               else ["--snapshot-device", str(args.snapshot_device)])
     if not args.json:
         print("=== the workload")
-        code = cli.run_forwarded("analyze", [args.input, *device])
+        code = run_forwarded("analyze", [args.input, *device])
         if code != 0:
             return code
         print("\n=== what each allocator would reserve")
@@ -40,7 +41,8 @@ def main(argv):
         compare_args.append("--json")
     if args.plot:
         compare_args += ["--plot", args.plot]
-    return cli.main(["compare", *compare_args])
+    return compare_plot.run(compare_args,
+                            lambda a: run_forwarded(a[0], a[1:]))
 
 
 if __name__ == "__main__":
