@@ -108,6 +108,7 @@ Allocator::~Allocator() {
                options_.device, drained.ToString());
   }
   matcher_.reset();
+  schedule_.reset();
   region_.reset();
   arena_.reset();
   for (PageId id = 0; id < pool_.slots(); ++id) {
@@ -212,6 +213,7 @@ Status Allocator::LoadPlan(RuntimePlan plan) {
   }
   region_ = std::move(region).value();
   matcher_ = std::make_unique<Matcher>(*plan_);
+  schedule_ = std::make_unique<PlanSchedule>(*plan_);
   // Installed mid-run (after record mode): start at the steady state.
   if (next_request_id_ > 1) matcher_->JumpToIteration();
   stats_.static_region_bytes = region_->bytes();
@@ -293,20 +295,26 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
   Where where = Where::kArena;
   if (!dynamic_modules_.empty()) {
     ++stats_.dynamic_requests;
-    int64_t until = window_ != nullptr ? window_->end : -1;
-    ptr = AllocateInArena(size, stream, until);
+    // The window of the innermost dynamic module bounds its lifetime.
+    const int64_t until = window_ != nullptr ? window_->end : ExtraUntil();
+    ptr = ServeUnforeseen(size, stream, until, {}, &where);
   } else if (matcher_ != nullptr) {
     Matcher::Match match = matcher_->Next(size);
     if (match.entry == nullptr) {
       ++stats_.plan_misses;
       ++iteration_misses_;
-      ptr = AllocateInArena(size, stream, -1);
+      ptr = ServeUnforeseen(size, stream, ExtraUntil(), {}, &where);
     } else if (match.entry->offset == kUnplanned) {
       ++stats_.unplanned;
       ptr =
           AllocateInArena(size, stream, match.prologue ? -1 : match.entry->end);
     } else {
-      std::optional<DevicePtr> planned = TryStatic(*match.entry, size, stream);
+      // A request that grew past its entry's planned bytes cannot take
+      // them (the next bytes are another buffer's); one that shrank can.
+      std::optional<DevicePtr> planned =
+          match.near && size > RoundUp(match.entry->size, kArenaAlignment)
+              ? std::nullopt
+              : TryStatic(*match.entry, size, stream);
       if (planned.has_value()) {
         // The hot path: a hit, recorded without going through a StatusOr.
         ++stats_.plan_hits;
@@ -321,11 +329,11 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       } else {
         ++stats_.plan_misses;
         ++iteration_misses_;
-        // The entry's own pages are idle for the lifetime this request takes
-        // over (the plan reserved them for it): map them first.
-        ptr = AllocateInArena(size, stream,
+        // The entry's planned lifetime is this request's expected one; its
+        // own pages are idle for it (the plan reserved them for it).
+        ptr = ServeUnforeseen(size, stream,
                               match.prologue ? -1 : match.entry->end,
-                              PagesOf(*match.entry));
+                              PagesOf(*match.entry), &where);
       }
     }
   } else {
@@ -342,6 +350,40 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     stats_.dynamic_bytes.Increase(size);
   }
   return ptr;
+}
+
+int64_t Allocator::ExtraUntil() const {
+  if (matcher_ == nullptr || plan_ == nullptr || plan_->period <= 0) return -1;
+  // A request the plan did not foresee is expected to live a fraction of an
+  // iteration (as a temporary does); if it lives longer, a planned request
+  // that finds its bytes taken misses and is placed elsewhere.
+  return -1;
+}
+
+StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
+                                               int64_t until,
+                                               std::vector<PageId> preferred,
+                                               Where* where) {
+  if (region_ != nullptr && schedule_ != nullptr && until >= 0 &&
+      matcher_ != nullptr && !matcher_->in_setup()) {
+    // Bytes of the static region the plan leaves idle until `until`:
+    // checked free now by the same safety check as a planned hand-out.
+    for (uint64_t offset :
+         schedule_->IdleRanges(size, matcher_->now(), until, 8)) {
+      if (region_->TryOccupy(offset, size,
+                             [&](Page& page, uint32_t lo, uint32_t hi) {
+                               return page.arena_users == 0 &&
+                                      FencesAllow(page, lo, hi, stream,
+                                                  tracker_);
+                             })) {
+        ++stats_.idle_static_placements;
+        *where = Where::kStatic;
+        return region_->base() + offset;
+      }
+    }
+  }
+  *where = Where::kArena;
+  return AllocateInArena(size, stream, until, std::move(preferred));
 }
 
 std::optional<DevicePtr> Allocator::TryStatic(const PlannedRequest& entry,

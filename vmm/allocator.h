@@ -50,6 +50,7 @@
 #include "vmm/futex_mutex.h"
 #include "vmm/matcher.h"
 #include "vmm/page_pool.h"
+#include "vmm/plan_schedule.h"
 #include "vmm/runtime_plan.h"
 #include "vmm/static_region.h"
 #include "vmm/stream_tracker.h"
@@ -189,6 +190,16 @@ class Allocator {
   // The planned range if it can be handed out now (the safety check).
   std::optional<DevicePtr> TryStatic(const PlannedRequest& entry, uint64_t size,
                                      Stream stream);
+  // A request the plan did not place (a miss, an extra request, a dynamic
+  // module's), expected to end at iteration time `until` (-1: unknown):
+  // bytes of the static region idle until then if there are, else the
+  // arena (`preferred` pages first). Sets *where.
+  StatusOr<DevicePtr> ServeUnforeseen(uint64_t size, Stream stream,
+                                      int64_t until,
+                                      std::vector<PageId> preferred,
+                                      Where* where);
+  // The expected end of a request the plan did not foresee.
+  int64_t ExtraUntil() const;
   // The pages of the static granules `entry`'s planned range covers whole.
   std::vector<PageId> PagesOf(const PlannedRequest& entry) const;
   // Serves a request from the arena, its pages chosen by a LendingPolicy
@@ -242,6 +253,7 @@ class Allocator {
   std::unique_ptr<RuntimePlan> plan_;
   std::unique_ptr<StaticRegion> region_;
   std::unique_ptr<Matcher> matcher_;
+  std::unique_ptr<PlanSchedule> schedule_;
   FlatMap<Allocation> live_;
   std::unordered_map<DevicePtr, std::vector<Stream>> extra_streams_;
   std::vector<PendingFree> pending_;

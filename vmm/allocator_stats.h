@@ -53,6 +53,9 @@ struct AllocatorStats {
   uint64_t plan_misses = 0;       // planned requests served elsewhere
   uint64_t unplanned = 0;         // requests the plan does not place
   uint64_t dynamic_requests = 0;  // requests inside dynamic modules
+  // Requests the plan did not place served from static bytes the plan
+  // leaves idle while they live (plan_schedule.h).
+  uint64_t idle_static_placements = 0;
   uint64_t iterations = 0;        // iteration-begin markers seen
   double last_iteration_hit_rate = -1;  // -1 until an iteration completes
   uint64_t static_region_bytes = 0;

@@ -49,6 +49,14 @@ Matcher::Match Matcher::Next(uint64_t size) {
   const std::vector<PlannedRequest>& seq = sequence();
   if (seq.empty()) return match;
   match.entry = Find(seq, cursor_, size, kLookAhead, kLookBehind);
+  if (match.entry == nullptr && cursor_ < seq.size()) {
+    const uint64_t planned = seq[cursor_].size;
+    const uint64_t diff = planned > size ? planned - size : size - planned;
+    if (diff <= std::max(planned / kNearFraction, kNearBytes)) {
+      match.entry = &seq[cursor_];
+      match.near = true;
+    }
+  }
   if (match.entry == nullptr) return match;  // an extra: the cursor stays
   match.prologue = in_prologue_;
   match.time = match.entry->start;

@@ -9,12 +9,17 @@
 // request costs that request only, never the rest of the iteration
 // (STAlloc's matcher never resynchronises, so one extra request there shifts
 // every later match). The prologue is matched once; iteration markers after
-// the plan's early iterations restart the steady-state entries. (A request
-// whose size changed is treated as an extra one: taking it for the entry it
-// replaces was tried, and an extra request that happened to be close in
-// size then took a planned slot for good.) Without
-// markers the prologue runs once and the iteration repeats. Not thread-safe:
-// the allocator serialises access.
+// the plan's early iterations restart the steady-state entries. Without
+// markers the prologue runs once and the iteration repeats.
+//
+// Drift: when no entry of the request's exact size is in reach, the entry
+// right under the cursor is taken if its size is close (within an eighth,
+// or 64 KiB): a request that grew or shrank a little in the same place of
+// the iteration (a resized activation) is that entry's request, so it gets
+// the entry's planned lifetime and pages instead of being an extra one.
+// Only the cursor's own entry qualifies: a close-sized extra request
+// elsewhere cannot take a slot it does not stand at. Not thread-safe: the
+// allocator serialises access.
 #ifndef LOOM_VMM_MATCHER_H_
 #define LOOM_VMM_MATCHER_H_
 
@@ -31,6 +36,9 @@ class Matcher {
   // request's entry.
   static constexpr int kLookAhead = 48;
   static constexpr int kLookBehind = 16;
+  // A close size: within size/kNearFraction of the entry's, or kNearBytes.
+  static constexpr uint64_t kNearFraction = 8;
+  static constexpr uint64_t kNearBytes = uint64_t{64} << 10;
 
   // REQUIRES: `plan` outlives the matcher.
   explicit Matcher(const RuntimePlan& plan);
@@ -38,6 +46,7 @@ class Matcher {
   struct Match {
     const PlannedRequest* entry = nullptr;  // nullptr: no entry (a miss)
     bool prologue = false;                  // the entry is the prologue's
+    bool near = false;  // matched by a close size, not the exact one
     int64_t time = 0;                       // iteration time of the cursor
   };
   // Finds the entry for a request of `size` bytes and advances past it.

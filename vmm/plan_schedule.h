@@ -1,0 +1,56 @@
+// PlanSchedule: where and when the plan uses the static region, so that
+// requests the plan did not foresee (misses, extra requests, dynamic
+// modules) can be placed in bytes the plan leaves idle for as long as they
+// are expected to live, without a page or a driver call.
+//
+// Built once from a RuntimePlan: every planned request (prologue and
+// iteration, duplicates merged) is an occupant holding bytes
+// [offset, offset + size rounded to 512) during iteration time
+// [start, end), cyclic with the plan's period (persistent buffers hold
+// their bytes the whole period). IdleRanges answers: which offsets could
+// hold `size` bytes that no occupant uses during [now, until)? It knows
+// nothing of what is live at run time (late frees, earlier misses placed
+// in idle bytes): the caller checks every candidate with the static
+// region's safety check before using it.
+#ifndef LOOM_VMM_PLAN_SCHEDULE_H_
+#define LOOM_VMM_PLAN_SCHEDULE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "vmm/runtime_plan.h"
+
+namespace loom::vmm {
+
+class PlanSchedule {
+ public:
+  explicit PlanSchedule(const RuntimePlan& plan);
+
+  // Candidate offsets (multiples of 512) for `size` bytes idle during
+  // iteration time [now, until), smallest idle gap first; for each gap its
+  // lowest and its highest fitting offset. `until` < 0 (unknown) or a span
+  // of a whole period or more: only bytes the plan never uses. At most
+  // `max_gaps` gaps.
+  std::vector<uint64_t> IdleRanges(uint64_t size, int64_t now, int64_t until,
+                                   size_t max_gaps) const;
+
+  size_t occupants() const { return occupants_.size(); }
+
+ private:
+  struct Occupant {
+    uint64_t offset = 0;
+    uint64_t end = 0;  // offset + reserved size
+    int64_t start = 0;
+    int64_t stop = 0;
+  };
+  // Whether `o` holds its bytes at some time of [now, until).
+  bool Busy(const Occupant& o, int64_t now, int64_t until) const;
+
+  std::vector<Occupant> occupants_;  // by offset
+  uint64_t region_bytes_ = 0;
+  int64_t period_ = 0;
+};
+
+}  // namespace loom::vmm
+
+#endif  // LOOM_VMM_PLAN_SCHEDULE_H_
