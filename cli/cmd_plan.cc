@@ -13,6 +13,7 @@
 #include "base/json.h"
 #include "base/text.h"
 #include "plan/make_plan.h"
+#include "whatif/workloads/load.h"
 #include "plan/planfile/plan_file.h"
 #include "plan/solver/minimalloc_csv.h"
 
@@ -107,7 +108,8 @@ int RunPlan(const Args& raw_args) {
       "lowest-first, an exact search for small hard instances, local search). "
       "The plan is checked by the independent verifier. Given a plan file it "
       "prints it.");
-  flags.AddPositional("input", &input, "instance (CSV), trace, or plan file");
+  flags.AddPositional("input", &input,
+                      "instance (CSV), trace, builtin:<name>, or plan file");
   flags.AddString("output", &output, "write the plan file here (also -o)");
   flags.AddString("offsets", &offsets_path,
                   "write id,lower,upper,size,offset CSV here");
@@ -186,7 +188,16 @@ int RunPlan(const Args& raw_args) {
   options.period = period;
   options.seed = static_cast<uint64_t>(seed);
   options.progress = true;
-  StatusOr<plan::MadePlan> made = plan::MakePlanFromFile(input, options);
+  // A builtin workload is generated; files are read by plan/'s entry point.
+  StatusOr<plan::MadePlan> made = plan::MadePlan{};
+  if (input.starts_with("builtin:")) {
+    StatusOr<whatif::Workload> workload = whatif::LoadWorkload(input);
+    if (!workload.ok()) return fail(workload.status());
+    options.source = input;
+    made = plan::MakePlan(workload->trace, options);
+  } else {
+    made = plan::MakePlanFromFile(input, options);
+  }
   if (!made.ok()) return fail(made.status());
   const plan::PlanFile& file = made->file;
   const plan::PlanResult& result = made->result;

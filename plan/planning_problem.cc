@@ -78,8 +78,14 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
     const Allocation& a = workload.allocations[i];
     if (a.dynamic) {
       if (a.alloc_time >= begin && a.alloc_time < end) {
+        // Keyed by module and the phase its requests open in: a forward
+        // request of an MoE layer lives until its backward, a backward one
+        // briefly; one window for both would lend nothing.
         std::string name =
             a.alloc_module >= 0 ? workload.names[a.alloc_module] : "dynamic";
+        if (a.alloc_phase >= 0) {
+          name += "@" + workload.phase_names[a.alloc_phase];
+        }
         int64_t s = a.alloc_time - begin;
         int64_t e =
             a.freed() ? std::min(a.free_time - begin, s + period) : period;

@@ -18,8 +18,9 @@
 //    sizes (a diff), so the early iterations are served from the plan too;
 //    the rest are unplanned.
 //  - dynamic windows: per module that allocated inside a dynamic module in
-//    k, the time window [first alloc, last free) relative to B, for the
-//    dynamic reusable space.
+//    k and per phase its requests were made in (named "module@phase"), the
+//    time window [first alloc, last free) relative to B, for the dynamic
+//    reusable space.
 // Buffer ids in the instance are their index. Request sizes are exact (the
 // runtime matches on them); the planner may round buffer sizes.
 #ifndef LOOM_PLAN_PLANNING_PROBLEM_H_

@@ -93,7 +93,8 @@ TEST(PlanningProblemTest, DynamicModulesGiveWindowsNotRequests) {
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->requests.iteration.size(), 1u);
   ASSERT_EQ(p->windows.size(), 1u);
-  EXPECT_EQ(p->windows[0].name, "moe");
+  // Keyed by module and the phase its requests open in.
+  EXPECT_EQ(p->windows[0].name, "moe@forward");
   EXPECT_LT(p->windows[0].start, p->windows[0].end);
 }
 

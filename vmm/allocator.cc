@@ -293,10 +293,14 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
 
   StatusOr<DevicePtr> ptr = DevicePtr{0};  // every branch below assigns it
   Where where = Where::kArena;
+  bool learned = false;
+  DynamicBirth birth;
   if (!dynamic_modules_.empty()) {
     ++stats_.dynamic_requests;
-    // The window of the innermost dynamic module bounds its lifetime.
-    const int64_t until = window_ != nullptr ? window_->end : ExtraUntil();
+    // Expected to live as its counterpart did last iteration, else until
+    // its window ends.
+    const int64_t until = DynamicUntil(&birth);
+    learned = birth.window != nullptr;
     ptr = ServeUnforeseen(size, stream, until, {}, &where);
   } else if (matcher_ != nullptr) {
     Matcher::Match match = matcher_->Next(size);
@@ -320,7 +324,8 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
         ++stats_.plan_hits;
         ++iteration_hits_;
         live_.Insert(*planned,
-                     Allocation{size, stream, Where::kStatic, false, request_id});
+                     Allocation{size, stream, Where::kStatic, false, false,
+                                request_id});
         stats_.allocated_bytes.Increase(size);
         stats_.active_bytes.Increase(size);
         stats_.allocation.Increase(1);
@@ -331,8 +336,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
         ++iteration_misses_;
         // The entry's planned lifetime is this request's expected one; its
         // own pages are idle for it (the plan reserved them for it).
-        ptr = ServeUnforeseen(size, stream,
-                              match.prologue ? -1 : match.entry->end,
+        ptr = ServeUnforeseen(size, stream, ExpectedEnd(*match.entry),
                               PagesOf(*match.entry), &where);
       }
     }
@@ -340,7 +344,8 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     ptr = AllocateInArena(size, stream, -1);
   }
   if (!ptr.ok()) return ptr.status();
-  live_.Insert(*ptr, Allocation{size, stream, where, false, request_id});
+  live_.Insert(*ptr, Allocation{size, stream, where, false, learned, request_id});
+  if (learned) dynamic_births_.Insert(*ptr, birth);
   stats_.allocated_bytes.Increase(size);
   stats_.active_bytes.Increase(size);
   stats_.allocation.Increase(1);
@@ -350,6 +355,13 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     stats_.dynamic_bytes.Increase(size);
   }
   return ptr;
+}
+
+int64_t Allocator::ExpectedEnd(const PlannedRequest& entry) const {
+  // The entry's planned end (an early iteration's entry carries its steady
+  // twin's times), unless it lives a whole period (a persistent buffer).
+  if (plan_ == nullptr || entry.end - entry.start >= plan_->period) return -1;
+  return entry.end;
 }
 
 int64_t Allocator::ExtraUntil() const {
@@ -446,6 +458,10 @@ Status Allocator::Free(DevicePtr ptr) {
   }
   stats_.allocated_bytes.Decrease(allocation.size);
   stats_.allocation.Decrease(1);
+  if (allocation.learned) {
+    DynamicBirth birth;
+    if (dynamic_births_.Take(ptr, &birth)) LearnDynamicLifetime(birth);
+  }
   const FreeTag tag = tracker_.Released(allocation.stream);
   auto extra =
       extra_streams_.empty() ? extra_streams_.end() : extra_streams_.find(ptr);

@@ -157,7 +157,17 @@ class Allocator {
     Stream stream = 0;
     Where where = Where::kArena;
     bool in_pool = false;  // a graph pool's: see pool_allocations_
+    bool learned = false;  // a dynamic request: see dynamic_births_
     uint64_t request_id = 0;
+  };
+  // A dynamic module's request, for learning how long such requests live:
+  // the k-th request of a window occurrence tends to live as long as the
+  // k-th did in the previous iteration (an expert's buffers come in order).
+  struct DynamicBirth {
+    const DynamicWindow* window = nullptr;
+    uint32_t ordinal = 0;
+    int64_t time = 0;        // iteration time at the allocation
+    uint64_t iteration = 0;  // iterations begun at the allocation
   };
   // What a graph pool's allocation is (kept apart: rare, and the live set's
   // entries stay small).
@@ -198,8 +208,17 @@ class Allocator {
                                       int64_t until,
                                       std::vector<PageId> preferred,
                                       Where* where);
+  // The expected end of a request served for plan entry `entry` (-1 for a
+  // persistent one).
+  int64_t ExpectedEnd(const PlannedRequest& entry) const;
   // The expected end of a request the plan did not foresee.
   int64_t ExtraUntil() const;
+  // The expected end of the next request of the current dynamic window
+  // (what the same request lived last iteration, else the window's end),
+  // and its birth record.
+  int64_t DynamicUntil(DynamicBirth* birth);
+  // Learns from the free of a dynamic request born as `birth`.
+  void LearnDynamicLifetime(const DynamicBirth& birth);
   // The pages of the static granules `entry`'s planned range covers whole.
   std::vector<PageId> PagesOf(const PlannedRequest& entry) const;
   // Serves a request from the arena, its pages chosen by a LendingPolicy
@@ -262,6 +281,13 @@ class Allocator {
   std::vector<std::unique_ptr<GraphPool>> pools_;
   std::unordered_map<DevicePtr, PoolAllocation> pool_allocations_;
   size_t open_pools_ = 0;
+  // Sets window_ for the innermost open dynamic module and the phase.
+  void FindWindow();
+  std::string phase_;                                   // the current phase
+  uint32_t window_ordinal_ = 0;  // requests in the current window occurrence
+  FlatMap<DynamicBirth> dynamic_births_;  // by address
+  // Per window, the lifetime (iteration time) of its k-th request.
+  std::unordered_map<const DynamicWindow*, std::vector<int64_t>> lifetimes_;
   std::vector<std::string> dynamic_modules_;            // open dynamic modules
   const DynamicWindow* window_ = nullptr;               // of the innermost one
   uint64_t next_request_id_ = 1;

@@ -26,6 +26,8 @@ void Allocator::IterationEnd(uint64_t number) {
 void Allocator::Phase(std::string_view name) {
   std::lock_guard<FutexMutex> lock(mu_);
   if (recording_) Record(plan::Event::Phase(trace_.InternName(name)));
+  phase_ = std::string(name);
+  FindWindow();
 }
 
 void Allocator::ModuleEnter(std::string_view name, bool dynamic) {
@@ -34,12 +36,7 @@ void Allocator::ModuleEnter(std::string_view name, bool dynamic) {
     Record(plan::Event::ModuleEnter(trace_.InternName(name), dynamic));
   if (!dynamic) return;
   dynamic_modules_.emplace_back(name);
-  window_ = nullptr;
-  if (plan_ != nullptr) {
-    for (const DynamicWindow& w : plan_->windows) {
-      if (w.module == name) window_ = &w;
-    }
-  }
+  FindWindow();
 }
 
 void Allocator::ModuleExit(std::string_view name) {
@@ -48,12 +45,52 @@ void Allocator::ModuleExit(std::string_view name) {
   auto it = std::find(dynamic_modules_.rbegin(), dynamic_modules_.rend(), name);
   if (it == dynamic_modules_.rend()) return;
   dynamic_modules_.erase(std::next(it).base());
+  FindWindow();
+}
+
+void Allocator::FindWindow() {
   window_ = nullptr;
-  if (plan_ != nullptr && !dynamic_modules_.empty()) {
-    for (const DynamicWindow& w : plan_->windows) {
-      if (w.module == dynamic_modules_.back()) window_ = &w;
+  window_ordinal_ = 0;
+  if (plan_ == nullptr || dynamic_modules_.empty()) return;
+  // The window of the innermost dynamic module in the current phase (where
+  // its requests open: a forward request lives until the backward, a
+  // backward one briefly), else of the module in any phase (plans without
+  // phase keys).
+  const std::string& module = dynamic_modules_.back();
+  const std::string keyed = module + "@" + phase_;
+  for (const DynamicWindow& w : plan_->windows) {
+    if (w.module == keyed) {
+      window_ = &w;
+      return;
     }
+    if (w.module == module) window_ = &w;
   }
+}
+
+int64_t Allocator::DynamicUntil(DynamicBirth* birth) {
+  if (window_ == nullptr || matcher_ == nullptr) return ExtraUntil();
+  birth->window = window_;
+  birth->ordinal = window_ordinal_++;
+  birth->time = matcher_->now();
+  birth->iteration = stats_.iterations;
+  auto it = lifetimes_.find(window_);
+  if (it != lifetimes_.end() && birth->ordinal < it->second.size() &&
+      it->second[birth->ordinal] > 0) {
+    return birth->time + it->second[birth->ordinal];
+  }
+  return window_->end;
+}
+
+void Allocator::LearnDynamicLifetime(const DynamicBirth& birth) {
+  if (matcher_ == nullptr || plan_ == nullptr || plan_->period <= 0) return;
+  const int64_t lifetime =
+      static_cast<int64_t>(stats_.iterations - birth.iteration) *
+          plan_->period +
+      matcher_->now() - birth.time;
+  if (lifetime <= 0 || lifetime > plan_->period) return;  // not comparable
+  std::vector<int64_t>& known = lifetimes_[birth.window];
+  if (known.size() <= birth.ordinal) known.resize(birth.ordinal + 1, 0);
+  known[birth.ordinal] = lifetime;
 }
 
 void Allocator::Record(const plan::Event& event) {

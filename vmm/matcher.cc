@@ -52,7 +52,9 @@ Matcher::Match Matcher::Next(uint64_t size) {
   if (match.entry == nullptr && cursor_ < seq.size()) {
     const uint64_t planned = seq[cursor_].size;
     const uint64_t diff = planned > size ? planned - size : size - planned;
-    if (diff <= std::max(planned / kNearFraction, kNearBytes)) {
+    const uint64_t tolerance =
+        std::max(std::min(planned / kNearFraction, kNearMaxBytes), kNearBytes);
+    if (diff <= tolerance) {
       match.entry = &seq[cursor_];
       match.near = true;
     }

@@ -13,8 +13,8 @@
 // markers the prologue runs once and the iteration repeats.
 //
 // Drift: when no entry of the request's exact size is in reach, the entry
-// right under the cursor is taken if its size is close (within an eighth,
-// or 64 KiB): a request that grew or shrank a little in the same place of
+// right under the cursor is taken if its size is close (within an eighth
+// of it, at most 64 KiB away): a request that grew or shrank a little in the same place of
 // the iteration (a resized activation) is that entry's request, so it gets
 // the entry's planned lifetime and pages instead of being an extra one.
 // Only the cursor's own entry qualifies: a close-sized extra request
@@ -36,9 +36,12 @@ class Matcher {
   // request's entry.
   static constexpr int kLookAhead = 48;
   static constexpr int kLookBehind = 16;
-  // A close size: within size/kNearFraction of the entry's, or kNearBytes.
+  // A close size: within size/kNearFraction of the entry's, but never more
+  // than kNearMaxBytes away (an unrelated request of a similar size must not
+  // pass for a large entry) nor less than kNearBytes.
   static constexpr uint64_t kNearFraction = 8;
-  static constexpr uint64_t kNearBytes = uint64_t{64} << 10;
+  static constexpr uint64_t kNearMaxBytes = uint64_t{64} << 10;
+  static constexpr uint64_t kNearBytes = 512;
 
   // REQUIRES: `plan` outlives the matcher.
   explicit Matcher(const RuntimePlan& plan);

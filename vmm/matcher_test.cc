@@ -60,12 +60,34 @@ TEST(MatcherTest, AMissingRequestIsSkipped) {
             (std::vector<int>{0, 2, 3, 4}));
 }
 
-TEST(MatcherTest, AResizedRequestMissesAndTheRestStillHits) {
-  RuntimePlan plan = PlanOf({}, {10, 20, 30, 40, 50});
+TEST(MatcherTest, AResizedRequestTakesTheEntryUnderTheCursor) {
+  constexpr uint64_t kM = 1 << 20;
+  RuntimePlan plan = PlanOf({}, {kM, 2 * kM, 3 * kM, 4 * kM, 5 * kM});
   Matcher m(plan);
   m.IterationBegin();
-  EXPECT_EQ(MatchAll(m, plan, {10, 21, 30, 40, 50}),
-            (std::vector<int>{0, -1, 2, 3, 4}));
+  // 2 MiB + 4 KiB and 3 MiB - 60 KiB: close to the cursor's entries (within
+  // an eighth and 64 KiB): theirs, marked near; the rest still hit exactly.
+  EXPECT_EQ(MatchAll(m, plan, {kM, 2 * kM + 4096, 3 * kM - (60 << 10),
+                               4 * kM, 5 * kM}),
+            (std::vector<int>{0, 1, 2, 3, 4}));
+  m.IterationBegin();
+  EXPECT_TRUE(m.Next(kM).entry != nullptr);
+  const Matcher::Match near = m.Next(2 * kM + 512);
+  ASSERT_NE(near.entry, nullptr);
+  EXPECT_TRUE(near.near);
+  EXPECT_FALSE(m.Next(3 * kM).near);
+  // Too far from the cursor's entry (more than 64 KiB away): an extra
+  // request; the cursor stays and the next request still hits.
+  m.IterationBegin();
+  EXPECT_EQ(MatchAll(m, plan, {kM, 2 * kM + (65 << 10), 2 * kM, 3 * kM}),
+            (std::vector<int>{0, -1, 1, 2}));
+  // Small sizes: an eighth, at least 512 bytes.
+  RuntimePlan small = PlanOf({}, {1000, 2000});
+  Matcher s(small);
+  s.IterationBegin();
+  EXPECT_EQ(MatchAll(s, small, {1400, 2000}), (std::vector<int>{0, 1}));
+  s.IterationBegin();
+  EXPECT_EQ(MatchAll(s, small, {1600, 2000}), (std::vector<int>{-1, 1}));
 }
 
 TEST(MatcherTest, NearestMatchWinsOverAFartherRepeat) {

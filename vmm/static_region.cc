@@ -172,8 +172,11 @@ int64_t StaticRegion::TimeToNextUse(uint32_t granule, int64_t now,
                                     bool in_setup) const {
   const Schedule& g = schedule_[granule];
   if (g.persistent) return 0;
-  if (in_setup) return kNever;
   if (g.planned_starts.empty()) return kNever;
+  // In the set-up no iteration has begun: the granule is next used at its
+  // first planned start of the first iteration, whenever that begins (a
+  // request that may outlive the set-up must not take it).
+  if (in_setup) return g.planned_starts.front();
   if (period_ <= 0) return 0;
   now %= period_;
   auto it =

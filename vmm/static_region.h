@@ -67,8 +67,9 @@ class StaticRegion {
 
   // Iteration time until `granule` is next planned to start being used,
   // seen from iteration time `now` (0 if a persistent request lives there;
-  // kNever if nothing is ever planned there). During the set-up (`in_setup`)
-  // no iteration has begun: only persistent granules count as used.
+  // kNever if nothing is ever planned there). During the set-up
+  // (`in_setup`) no iteration has begun: the first planned start of the
+  // first iteration, counted from its beginning.
   int64_t TimeToNextUse(uint32_t granule, int64_t now,
                         bool in_setup = false) const;
 
