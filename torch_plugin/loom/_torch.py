@@ -30,7 +30,38 @@ HOOKS = (
     ("set_record_stream_fn", "loom_record_stream"),
     ("set_reset_fn", "loom_empty_cache"),
     ("set_memory_fraction_fn", "loom_set_memory_fraction"),
+    # CUDA graph capture: PyTorch's private pools (C++ signatures, see
+    # loom_c_api.h).
+    ("set_begin_allocate_to_pool", "loom_begin_allocate_to_pool"),
+    ("set_end_allocate_to_pool_fn", "loom_end_allocate_to_pool"),
+    ("set_release_pool", "loom_release_pool"),
 )
+GRAPH_HOOKS = ("set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn",
+               "set_release_pool")
+
+
+def refuse_graph_capture(torch):
+    """Without the pool hooks PyTorch would capture a graph into memory loom
+    hands to eager code as soon as it is freed, and replays would corrupt
+    it: capture is refused with the reason instead."""
+    graph = getattr(torch.cuda, "CUDAGraph", None)
+    if graph is None or getattr(graph, "_loom_refused", False):
+        return
+    original = graph.capture_begin
+
+    def capture_begin(self, *args, **kwargs):  # pylint: disable=unused-argument
+        raise LoomError(
+            "CUDA graph capture with loom needs PyTorch's allocate-to-pool "
+            "hooks (CUDAPluggableAllocator.set_begin_allocate_to_pool, "
+            "set_end_allocate_to_pool_fn, set_release_pool), which this "
+            f"PyTorch ({_version(torch)}) does not offer: without them the "
+            "graph's memory would be reused by eager code while replays "
+            "still write it. Capture without loom (loom.enable after the "
+            "graphs) or use a PyTorch that has the hooks.")
+
+    capture_begin.__wrapped__ = original
+    graph.capture_begin = capture_begin
+    graph._loom_refused = True  # pylint: disable=protected-access
 
 
 def import_torch(what):
@@ -120,6 +151,8 @@ def install(torch, session, set_device):
             "allocator; memory used on a side stream after its tensor is "
             "freed may be reused early (synchronise those streams)",
             _version(torch))
+    if not all(setter in hooks for setter in GRAPH_HOOKS):
+        refuse_graph_capture(torch)
     if session.config.torch_stats:
         patch_stats(torch)
     if set_device:

@@ -212,6 +212,17 @@ class Session:
         with self.lock:
             self._plan_result = result
 
+    def _planner_options(self):
+        """The planner's options for this session's own plan. In auto mode
+        the plan is installed mid-run: the persistent tensors (weights,
+        optimizer state) recorded before it already live in loom's dynamic
+        space and stay there, so planning them too would hold their memory
+        twice; the user's plan_options may still say otherwise."""
+        options = dict(self.config.plan_options)
+        if self.config.mode == "auto":
+            options.setdefault("persistent", False)
+        return options
+
     def _find_or_make_plan(self, trace):
         fingerprint = self._fingerprint(trace)
         config, rank = self.config, self.ranks.rank
@@ -233,7 +244,7 @@ class Session:
                             rank, source, reason)
         plan = config.plan or config_lib.plan_path(config.workdir, rank)
         planning.plan_trace(trace, plan, fingerprint, planner=config.planner,
-                            options=config.plan_options, rank=rank,
+                            options=self._planner_options(), rank=rank,
                             native=self.native)
         return Path(plan), "own"
 

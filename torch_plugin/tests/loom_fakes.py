@@ -124,7 +124,7 @@ class OldOptimizer:
 def fake_torch(available=True, initialized=False, swap_error=None,
                hooks=("set_record_stream_fn", "set_reset_fn",
                       "set_memory_fraction_fn"), mem_pool=False,
-               version="2.9.0"):
+               version="2.9.0", graphs=False):
     """A module object shaped like torch for loom._torch. `calls` records
     what loom did with it."""
     calls = []
@@ -178,6 +178,12 @@ def fake_torch(available=True, initialized=False, swap_error=None,
     cuda.is_initialized = lambda: state["initialized"]
     cuda.set_device = set_device
     cuda.current_device = lambda: state["device"]
+    if graphs:
+        class CUDAGraph:
+            def capture_begin(self, *args, **kwargs):
+                calls.append(("capture_begin", args, kwargs))
+
+        cuda.CUDAGraph = CUDAGraph
     if mem_pool:
         class MemPool:
             def __init__(self, allocator):

@@ -202,6 +202,34 @@ def test_auto_mode_serves_later_iterations_from_the_plan(loom_env, tmp_path):
     loop.close()
 
 
+def test_auto_mode_does_not_plan_the_persistent_tensors_twice(loom_env,
+                                                              tmp_path):
+    """Auto mode installs its plan mid-run, when the weights (and optimizer
+    state) already live in loom's dynamic space: a plan that placed them
+    again would hold their memory twice. The static region holds only what
+    an iteration allocates."""
+    loom = loom_env
+    session = loom._configure_native(mode="auto", workdir=tmp_path,
+                                     record_iterations=3, plan_async=False,
+                                     plan_options={"time_limit": 2}, **HOST)
+    loop = _run(loom, session, 4)
+    assert loom.status()["state"] == "planned", loom.status()["plan_error"]
+    stats = loom.memory_stats()
+    weights = sum(size for size, _ in
+                  (loop.live[p] for p in loop.weights))
+    # The loop's iteration peaks near 6 MiB; with the 8.1 MiB of weights the
+    # region would be at least 14 MiB.
+    assert stats["loom.static_region_bytes"] < weights
+    # Reserved memory is the weights (dynamic space) plus the region, not
+    # the weights twice.
+    assert stats["reserved_bytes.all.current"] < 2 * weights + \
+        stats["loom.static_region_bytes"] - weights + 4 * (64 << 10)
+    # The user may still ask for them.
+    assert session._planner_options() == {"time_limit": 2,
+                                          "persistent": False}
+    loop.close()
+
+
 def test_plan_mode_errors_are_raised_at_enable(loom_env, tmp_path):
     loom = loom_env
     with pytest.raises(LoomError, match="no plan for rank 0: .*plan.rank0."

@@ -156,6 +156,41 @@ def test_missing_record_stream_hook_is_a_warning(loom_env, tmp_path,
     assert calls[-1] == ("set_device", 1)
 
 
+GRAPH_HOOKS = ("set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn",
+               "set_release_pool")
+
+
+def test_graph_pool_hooks_are_installed_when_offered(loom_env, tmp_path,
+                                                     monkeypatch):
+    torch, calls, _ = _use(monkeypatch, graphs=True,
+                           hooks=("set_record_stream_fn", "set_reset_fn",
+                                  "set_memory_fraction_fn") + GRAPH_HOOKS)
+    status = loom_env.enable(mode="record", workdir=tmp_path)
+    native = _state.current().native
+    installed = dict(c for c in calls if c[0] in GRAPH_HOOKS)
+    assert installed == {
+        "set_begin_allocate_to_pool":
+            native.address("loom_begin_allocate_to_pool"),
+        "set_end_allocate_to_pool_fn":
+            native.address("loom_end_allocate_to_pool"),
+        "set_release_pool": native.address("loom_release_pool"),
+    }
+    assert all(installed.values())
+    assert set(GRAPH_HOOKS) <= set(status["torch_hooks"])
+    # Capture goes to PyTorch as usual: loom serves its private pool.
+    torch.cuda.CUDAGraph().capture_begin()
+    assert calls[-1][0] == "capture_begin"
+
+
+def test_graph_capture_is_refused_without_the_pool_hooks(loom_env, tmp_path,
+                                                         monkeypatch):
+    torch, calls, _ = _use(monkeypatch, graphs=True)
+    loom_env.enable(mode="record", workdir=tmp_path)
+    with pytest.raises(LoomError, match="allocate-to-pool hooks"):
+        torch.cuda.CUDAGraph().capture_begin()
+    assert all(c[0] != "capture_begin" for c in calls), "never reached torch"
+
+
 def test_pool(loom_env, monkeypatch):
     loom = loom_env
     _use(monkeypatch)

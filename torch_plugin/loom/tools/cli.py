@@ -22,6 +22,7 @@ FORWARDED = {
     "analyze": "lifetime classes, peaks and iterations of a trace or CSV",
     "plan": "plan an instance (offsets per buffer) and write a plan file",
     "verify": "check a plan or offsets against an instance",
+    "stress": "random multi-stream programs against the run-time allocator",
 }
 
 # Subcommands implemented in Python: name -> (summary, module, function).
