@@ -6,6 +6,7 @@
 #include "base/json.h"
 #include "base/text.h"
 #include "plan/instance_input.h"
+#include "plan/planfile/make_plan_file.h"
 
 namespace loom::plan {
 namespace {

@@ -4,16 +4,12 @@
 
 #include "plan/solver/minimalloc_csv.h"
 #include "plan/solver/verifier.h"
+#include "plan/solver/testing/instances.h"
 
 namespace loom::plan {
 namespace {
 
-Instance Readme() {
-  Instance inst;
-  inst.buffers = {
-      {0, 0, 3, 4}, {1, 3, 9, 4}, {2, 0, 9, 4}, {3, 9, 21, 4}, {4, 0, 21, 4}};
-  return inst;
-}
+Instance Readme() { return testing::ReadmeInstance(); }
 
 TEST(BestFitTest, OrdersOnAHandInstance) {
   Instance inst;

@@ -8,25 +8,14 @@
 #include "plan/solver/best_fit.h"
 #include "plan/solver/minimalloc_csv.h"
 #include "plan/solver/verifier.h"
+#include "plan/solver/testing/instances.h"
 
 namespace loom::plan {
 namespace {
 
-Instance Readme() {
-  Instance inst;
-  inst.buffers = {
-      {0, 0, 3, 4}, {1, 3, 9, 4}, {2, 0, 9, 4}, {3, 9, 21, 4}, {4, 0, 21, 4}};
-  return inst;
-}
+Instance Readme() { return testing::ReadmeInstance(); }
 
-// Found by brute force: live bytes never exceed 6, but no placement fits
-// in 6 bytes; 7 is optimal.
-Instance GapInstance() {
-  Instance inst;
-  inst.buffers = {{0, 1, 2, 4}, {1, 3, 6, 2}, {2, 3, 5, 2}, {3, 0, 4, 2},
-                  {4, 6, 9, 3}, {5, 5, 7, 3}, {6, 4, 6, 1}};
-  return inst;
-}
+Instance GapInstance() { return testing::GapInstance(); }
 
 ExactResult Solve(const Instance& inst, uint64_t capacity,
                   std::vector<uint64_t> fixed = {}) {

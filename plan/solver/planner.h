@@ -34,7 +34,6 @@
 #include "base/status.h"
 #include "plan/solver/granules.h"
 #include "plan/solver/instance.h"
-#include "plan/planfile/plan_file.h"
 
 namespace loom::plan {
 
@@ -100,17 +99,6 @@ struct PlanResult {
 // Plans `instance`. Fails on an invalid instance or options.
 StatusOr<PlanResult> PlanInstance(const Instance& instance,
                                   const PlannerOptions& options);
-
-// The plan file of `result` (PlanInstance(instance, options)): provenance
-// (`source`, the instance's fingerprint), algorithm, options, figures, the
-// buffers with their reserved sizes, and the region: the peak rounded up to
-// whole granules. Each of `windows` gets its dynamic reusable space; fails
-// on an invalid window. REQUIRES: `result` comes from `instance`.
-StatusOr<PlanFile> MakePlanFile(const Instance& instance,
-                                const PlanResult& result,
-                                const PlannerOptions& options,
-                                std::string_view source,
-                                std::span<const TimeWindow> windows = {});
 
 }  // namespace loom::plan
 

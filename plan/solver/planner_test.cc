@@ -7,24 +7,14 @@
 #include "plan/solver/layers.h"
 #include "plan/solver/minimalloc_csv.h"
 #include "plan/solver/verifier.h"
+#include "plan/solver/testing/instances.h"
 
 namespace loom::plan {
 namespace {
 
-Instance Readme() {
-  Instance inst;
-  inst.buffers = {
-      {0, 0, 3, 4}, {1, 3, 9, 4}, {2, 0, 9, 4}, {3, 9, 21, 4}, {4, 0, 21, 4}};
-  return inst;
-}
+Instance Readme() { return testing::ReadmeInstance(); }
 
-// Live bytes never exceed 6, yet 7 is optimal (exact_search_test).
-Instance GapInstance() {
-  Instance inst;
-  inst.buffers = {{0, 1, 2, 4}, {1, 3, 6, 2}, {2, 3, 5, 2}, {3, 0, 4, 2},
-                  {4, 6, 9, 3}, {5, 5, 7, 3}, {6, 4, 6, 1}};
-  return inst;
-}
+Instance GapInstance() { return testing::GapInstance(); }
 
 PlannerOptions Quiet(double seconds = 20) {
   PlannerOptions options;
@@ -172,31 +162,6 @@ TEST(PlannerTest, BadOptions) {
   EXPECT_FALSE(PlanInstance(Readme(), options).ok());
   EXPECT_EQ(ParseAlgorithm("layers").value(), Algorithm::kLayers);
   EXPECT_FALSE(ParseAlgorithm("magic").ok());
-}
-
-TEST(PlannerTest, MakePlanFileRoundTrips) {
-  PlannerOptions options = Quiet();
-  options.granule_bytes = 8;
-  StatusOr<PlanResult> r = PlanInstance(Readme(), options);
-  ASSERT_TRUE(r.ok());
-  const std::vector<TimeWindow> windows = {{9, 21, "late"}};
-  StatusOr<PlanFile> file =
-      MakePlanFile(Readme(), *r, options, "readme.csv", windows);
-  ASSERT_TRUE(file.ok()) << file.status().ToString();
-  EXPECT_EQ(file->region_size, 16u);  // 12 rounded up to 8-byte granules
-  EXPECT_EQ(file->requested, "auto");
-  EXPECT_EQ(file->fingerprint, InstanceFingerprint(Readme()));
-  ASSERT_EQ(file->dynamic_spaces.size(), 1u);
-  // In [9, 21) only b4 and b5 (8 bytes) are live: 8 of 16 bytes idle.
-  EXPECT_EQ(file->dynamic_spaces[0].bytes(), 8u);
-  StatusOr<PlanFile> back = DecodePlanFile(EncodePlanFile(*file), "x.plan");
-  ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(*back, *file);
-  EXPECT_TRUE(VerifyPlacement(PlanAsInstance(*back), PlanOffsets(*back),
-                              {.capacity = back->region_size})
-                  .valid());
-  const std::vector<TimeWindow> bad = {{5, 2, "x"}};
-  EXPECT_FALSE(MakePlanFile(Readme(), *r, options, "readme.csv", bad).ok());
 }
 
 TEST(PlannerTest, EmptyInstance) {

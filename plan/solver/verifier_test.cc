@@ -1,4 +1,5 @@
 #include "plan/solver/verifier.h"
+#include "plan/solver/testing/instances.h"
 
 #include <gtest/gtest.h>
 
@@ -9,13 +10,8 @@ namespace loom::plan {
 namespace {
 
 // MiniMalloc's README example and its published solution at capacity 12.
-Instance Readme() {
-  Instance inst;
-  inst.buffers = {
-      {0, 0, 3, 4}, {1, 3, 9, 4}, {2, 0, 9, 4}, {3, 9, 21, 4}, {4, 0, 21, 4}};
-  return inst;
-}
-const std::vector<uint64_t> kReadmeOffsets = {8, 8, 4, 4, 0};
+Instance Readme() { return testing::ReadmeInstance(); }
+const std::vector<uint64_t> kReadmeOffsets = testing::ReadmeOffsets();
 
 TEST(VerifierTest, AcceptsTheReadmeSolution) {
   Verdict v = VerifyPlacement(Readme(), kReadmeOffsets, {.capacity = 12});
