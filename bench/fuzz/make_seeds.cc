@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "plan/trace/synthetic_trace.h"
+#include "plan/testing/trace_corpus.h"
 #include "plan/trace/trace_io.h"
 
 namespace loom::plan {
@@ -15,30 +15,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "usage: make_seeds <text_dir> <binary_dir>\n");
     return 2;
   }
-  std::vector<Trace> seeds;
-  Trace small;
-  small.header.device = -1;
-  small.header.granularity = 2097152;
-  small.header.provenance = "seed \"quoted\"\n";
-  small.AddIterationBegin(0);
-  small.AddPhase(kPhaseForward);
-  small.AddModuleEnter("layers.0 moe", true);
-  small.events.push_back(Event::Alloc(1, 4096, 7, 1));
-  small.AddAlloc(2, 512);
-  small.AddModuleExit("layers.0 moe");
-  small.AddPhase(kPhaseBackward);
-  small.events.push_back(Event::Free(1, 7, 1));
-  small.AddIterationEnd(0);
-  small.names.push_back("unused");
-  seeds.push_back(small);
-  for (uint64_t events : {40, 300, 3000}) {
-    SyntheticTraceOptions options;
-    options.events = events;
-    options.layers = 3;
-    options.moe_every = 2;
-    options.seed = events;
-    seeds.push_back(MakeSyntheticTrace(options));
-  }
+  const std::vector<Trace> seeds = testing::TraceSeeds();
   for (size_t i = 0; i < seeds.size(); ++i) {
     for (TraceFormat format : {TraceFormat::kText, TraceFormat::kBinary}) {
       std::string path =

@@ -18,7 +18,7 @@ SOURCES=(
   "$ROOT/plan/solver/granules.cc" "$ROOT/plan/solver/gap_index.cc"
   "$ROOT/plan/solver/instance.cc"
   "$ROOT/base/status.cc" "$ROOT/base/check.cc" "$ROOT/base/crc32c.cc"
-  "$ROOT/base/text.cc"
+  "$ROOT/base/text.cc" "$ROOT/plan/testing/plan_corpus.cc"
 )
 FLAGS=(-std=c++20 -O1 -g -I"$ROOT")
 "$CXX" "${FLAGS[@]}" -DLOOM_FUZZ_SEEDS "$ROOT/bench/fuzz/plan_file_fuzzer.cc" \

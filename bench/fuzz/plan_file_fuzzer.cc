@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "plan/planfile/plan_file.h"
+#include "plan/testing/plan_corpus.h"
 
 namespace {
 
@@ -34,32 +36,12 @@ void RepairChecksums(uint8_t* data, size_t size) {
 #ifdef LOOM_FUZZ_SEEDS
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
-  PlanFile plan;
-  plan.source = "input.12.csv";
-  plan.algorithm = "exact@12";
-  plan.requested = "auto";
-  plan.granule_bytes = 4;
-  plan.peak_bytes = 12;
-  plan.lower_bound_bytes = 12;
-  plan.region_size = 12;
-  plan.buffers = {{0, 8, 4, 0, 3, 1},
-                  {1, 8, 4, 3, 9, 1},
-                  {2, 4, 4, 0, 9, 1},
-                  {3, 4, 4, 9, 21, 1},
-                  {4, 0, 4, 0, 21, 1}};
-  loom::plan::ReusableSpace space;
-  space.window = {10, 20, "moe"};
-  space.ranges = {{8, 12}};
-  space.granules = {{8, 12}};
-  plan.dynamic_spaces = {space};
-  if (!loom::plan::WritePlanFile(std::string(argv[1]) + "/readme.plan", plan)
-           .ok())
-    return 1;
-  plan.period = 30;
-  plan.extra = {{loom::plan::PlanTag("MTCH"), false, "table"}};
-  if (!loom::plan::WritePlanFile(std::string(argv[1]) + "/cyclic.plan", plan)
-           .ok())
-    return 1;
+  const std::vector<PlanFile> seeds = loom::plan::testing::PlanSeeds();
+  for (size_t i = 0; i < seeds.size(); ++i) {
+    const std::string path =
+        std::string(argv[1]) + "/seed" + std::to_string(i) + ".plan";
+    if (!loom::plan::WritePlanFile(path, seeds[i]).ok()) return 1;
+  }
   return 0;
 }
 #else

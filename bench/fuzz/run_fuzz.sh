@@ -19,7 +19,7 @@ mkdir -p "$OUT/seeds/text" "$OUT/seeds/binary" "$OUT/corpus/text" \
   "$OUT/corpus/binary"
 
 SOURCES=(
-  base/check.cc base/status.cc base/crc32c.cc plan/trace/trace.cc
+  base/check.cc base/status.cc base/crc32c.cc base/text.cc plan/trace/trace.cc
   base/byte_stream.cc
   plan/trace/trace_checker.cc plan/trace/trace_io.cc plan/trace/trace_text.cc
   plan/trace/trace_binary.cc
@@ -36,6 +36,7 @@ stale() {
 }
 if stale "$OUT/make_seeds"; then
   "$CXX" "${COMMON[@]}" -O1 bench/fuzz/make_seeds.cc plan/trace/synthetic_trace.cc \
+    plan/testing/trace_corpus.cc \
     "${SOURCES[@]}" -o "$OUT/make_seeds" &
 fi
 for target in trace_text_fuzzer trace_binary_fuzzer; do

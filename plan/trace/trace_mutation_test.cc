@@ -14,6 +14,7 @@
 #include "plan/trace/trace_binary.h"
 #include "plan/trace/trace_io.h"
 #include "plan/analysis/workload.h"
+#include "plan/testing/trace_corpus.h"
 
 namespace loom::plan {
 namespace {
@@ -149,29 +150,7 @@ std::string MutateBehindChecksum(const std::string& file, Mutator& mutator) {
   return file.substr(0, at) + chunk + file.substr(at + 5 + length + 4);
 }
 
-std::vector<Trace> Seeds() {
-  std::vector<Trace> seeds;
-  Trace small;
-  small.header.device = -1;
-  small.header.granularity = 2097152;
-  small.header.provenance = "seed \"one\"";
-  small.AddIterationBegin(0);
-  small.AddPhase(kPhaseForward);
-  small.AddModuleEnter("layers.0 moe", true);
-  small.events.push_back(Event::Alloc(1, 4096, 7, 1));
-  small.AddAlloc(2, 512);
-  small.AddModuleExit("layers.0 moe");
-  small.AddPhase(kPhaseBackward);
-  small.events.push_back(Event::Free(1, 7, 1));
-  small.AddIterationEnd(0);
-  seeds.push_back(small);
-  SyntheticTraceOptions options;
-  options.events = 300;
-  options.layers = 3;
-  options.moe_every = 2;
-  seeds.push_back(MakeSyntheticTrace(options));
-  return seeds;
-}
+std::vector<Trace> Seeds() { return testing::TraceSeeds(); }
 
 TEST(TraceMutationTest, MutatedTextFilesParseOrFailCleanly) {
   Outcome outcome;

@@ -1,0 +1,19 @@
+// The seed traces of the trace readers' fuzzing (testonly): one small trace
+// with every event kind, a dynamic module, a second stream and device, a
+// quoted provenance and an unused name, plus synthetic training traces of a
+// few sizes. Used by the Bazel mutation test (plan/trace/trace_mutation_test)
+// and written to disk for the libFuzzer targets (bench/fuzz/make_seeds).
+#ifndef LOOM_PLAN_TESTING_TRACE_CORPUS_H_
+#define LOOM_PLAN_TESTING_TRACE_CORPUS_H_
+
+#include <vector>
+
+#include "plan/trace/trace.h"
+
+namespace loom::plan::testing {
+
+std::vector<Trace> TraceSeeds();
+
+}  // namespace loom::plan::testing
+
+#endif  // LOOM_PLAN_TESTING_TRACE_CORPUS_H_
