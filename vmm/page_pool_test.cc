@@ -1,0 +1,118 @@
+// PagePool: one driver handle per page, within a cap; slots reused; nothing
+// leaked on failure.
+#include "vmm/page_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "vmm/fake_driver.h"
+
+namespace loom::vmm {
+namespace {
+
+constexpr uint64_t kG = 64 << 10;
+
+FakeDriverOptions Options() {
+  FakeDriverOptions o;
+  o.granularity = kG;
+  o.capacity_per_device = 16 * kG;
+  return o;
+}
+
+TEST(PagePoolTest, GrowsOneHandlePerPageWithinTheCap) {
+  FakeDriver driver(Options());
+  {
+    PagePool pool(driver, 0, kG, 4 * kG);
+    std::set<uint64_t> handles;
+    for (int i = 0; i < 4; ++i) {
+      StatusOr<PageId> id = pool.Grow();
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      const Page& page = pool.page(*id);
+      EXPECT_TRUE(page.live);
+      EXPECT_EQ(page.static_granule, kNoGranule);
+      EXPECT_EQ(page.arena_granule, kNoGranule);
+      EXPECT_TRUE(handles.insert(page.handle.value).second)
+          << "two pages share a handle";
+    }
+    EXPECT_EQ(pool.bytes(), 4 * kG);
+    EXPECT_EQ(driver.physical_bytes(), 4 * kG);
+    // The cap: OUT_OF_MEMORY, nothing created.
+    StatusOr<PageId> over = pool.Grow();
+    EXPECT_EQ(over.status().code(), StatusCode::kOutOfMemory);
+    EXPECT_EQ(driver.calls(DriverOp::kCreate), 4u);
+    EXPECT_EQ(pool.live_pages(), 4u);
+    EXPECT_EQ(pool.peak_bytes(), 4 * kG);
+  }
+  // The pool's destructor gives every page back.
+  EXPECT_EQ(driver.contract_counts().handles, 0u);
+}
+
+TEST(PagePoolTest, ReleasedSlotsAreReusedAndPeakResets) {
+  FakeDriver driver(Options());
+  PagePool pool(driver, 0, kG, 0);
+  PageId a = *pool.Grow(), b = *pool.Grow(), c = *pool.Grow();
+  ASSERT_TRUE(pool.ReleasePage(b).ok());
+  EXPECT_FALSE(pool.page(b).live);
+  EXPECT_EQ(pool.live_pages(), 2u);
+  EXPECT_EQ(pool.bytes(), 2 * kG);
+  EXPECT_EQ(pool.peak_bytes(), 3 * kG);
+  pool.ResetPeak();
+  EXPECT_EQ(pool.peak_bytes(), 2 * kG);
+  PageId d = *pool.Grow();
+  EXPECT_EQ(d, b) << "the released slot is taken again";
+  EXPECT_EQ(pool.slots(), 3u);
+  EXPECT_EQ(pool.creates(), 4u);
+  EXPECT_EQ(pool.releases(), 1u);
+  EXPECT_NE(pool.page(d).handle, pool.page(a).handle);
+  EXPECT_NE(pool.page(d).handle, pool.page(c).handle);
+}
+
+TEST(PagePoolTest, DriverFailuresLeaveThePoolUnchanged) {
+  FakeDriver driver(Options());
+  PagePool pool(driver, 0, kG, 0);
+  PageId a = *pool.Grow();
+  driver.InjectFailure(DriverOp::kCreate, 1, OutOfMemoryError("injected"));
+  StatusOr<PageId> failed = pool.Grow();
+  EXPECT_EQ(failed.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_EQ(pool.live_pages(), 1u);
+  EXPECT_EQ(pool.slots(), 1u);
+  // The device's own capacity (16 granules) is an out of memory too.
+  for (int i = 1; i < 16; ++i) ASSERT_TRUE(pool.Grow().ok());
+  EXPECT_EQ(pool.Grow().status().code(), StatusCode::kOutOfMemory);
+  EXPECT_EQ(pool.live_pages(), 16u);
+  // A failed release keeps the page.
+  driver.InjectFailure(DriverOp::kRelease, 1, InternalError("injected"));
+  EXPECT_FALSE(pool.ReleasePage(a).ok());
+  EXPECT_TRUE(pool.page(a).live);
+  EXPECT_EQ(pool.live_pages(), 16u);
+}
+
+TEST(PagePoolTest, FencesMergePerStream) {
+  Page page;
+  AddFence(page, 100, 200, FreeTag{7, 1});
+  AddFence(page, 50, 120, FreeTag{7, 3});
+  AddFence(page, 0, 10, FreeTag{9, 2});
+  ASSERT_EQ(page.fences.size(), 2u);
+  EXPECT_EQ(page.fences[0].tag.stream, 7u);
+  EXPECT_EQ(page.fences[0].lo, 50u);
+  EXPECT_EQ(page.fences[0].hi, 200u);
+  EXPECT_EQ(page.fences[0].tag.epoch, 3u);  // the later free covers both
+  EXPECT_EQ(page.fences[1].tag.stream, 9u);
+  // An older tag of the same stream never lowers the epoch.
+  AddFence(page, 300, 400, FreeTag{7, 2});
+  EXPECT_EQ(page.fences[0].tag.epoch, 3u);
+  EXPECT_EQ(page.fences[0].hi, 400u);
+}
+
+TEST(PagePoolTest, PeersAreKept) {
+  FakeDriverOptions o = Options();
+  o.device_count = 3;
+  FakeDriver driver(o);
+  PagePool pool(driver, 1, kG, 0, {0, 2});
+  EXPECT_EQ(pool.device(), 1);
+  EXPECT_EQ(pool.peers(), (std::vector<int>{0, 2}));
+}
+
+}  // namespace
+}  // namespace loom::vmm
