@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <set>
 
 #include "vmm/fake_driver.h"
@@ -112,6 +113,90 @@ TEST(PagePoolTest, PeersAreKept) {
   PagePool pool(driver, 1, kG, 0, {0, 2});
   EXPECT_EQ(pool.device(), 1);
   EXPECT_EQ(pool.peers(), (std::vector<int>{0, 2}));
+}
+
+TEST(PagePoolTest, AFailedGrowKeepsTheReleasedSlotForTheNextOne) {
+  FakeDriver driver(Options());
+  PagePool pool(driver, 0, kG, 0);
+  const PageId a = *pool.Grow();
+  const PageId b = *pool.Grow();
+  ASSERT_TRUE(pool.ReleasePage(a).ok());
+  driver.InjectFailure(DriverOp::kCreate, 1, InternalError("injected"));
+  EXPECT_EQ(pool.Grow().status().code(), StatusCode::kInternal);
+  // Nothing changed: one live page, no handle leaked, the slot still free.
+  EXPECT_EQ(pool.live_pages(), 1u);
+  EXPECT_EQ(pool.creates(), 2u);
+  EXPECT_FALSE(pool.page(a).live);
+  EXPECT_EQ(driver.contract_counts().handles, 1u);
+  EXPECT_EQ(*pool.Grow(), a);
+  EXPECT_EQ(pool.slots(), 2u);
+  EXPECT_TRUE(pool.page(b).live);
+}
+
+TEST(PagePoolTest, TheCapCountsWholePages) {
+  FakeDriver driver(Options());
+  PagePool pool(driver, 0, kG, 2 * kG + kG / 2);  // room for two pages
+  ASSERT_TRUE(pool.Grow().ok());
+  ASSERT_TRUE(pool.Grow().ok());
+  StatusOr<PageId> third = pool.Grow();
+  EXPECT_EQ(third.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_EQ(driver.physical_bytes(), 2 * kG);
+  EXPECT_EQ(pool.cap_bytes(), 2 * kG + kG / 2);
+}
+
+// Random grows and releases: a page is never handed out while it is live,
+// each live page has a handle of its own, and the pool's counts are the
+// driver's.
+TEST(PagePoolTest, NoPageIsHandedOutTwice) {
+  FakeDriver driver(Options());
+  PagePool pool(driver, 0, kG, 0);
+  std::mt19937_64 rng(7);
+  std::set<PageId> live;
+  uint64_t created = 0;
+  uint64_t released = 0;
+  for (int step = 0; step < 2000; ++step) {
+    if (!live.empty() && (live.size() == 16 || rng() % 2 == 0)) {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      ASSERT_TRUE(pool.ReleasePage(*it).ok());
+      live.erase(it);
+      ++released;
+    } else {
+      StatusOr<PageId> id = pool.Grow();
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      ASSERT_TRUE(live.insert(*id).second)
+          << "page " << *id << " handed out while live, step " << step;
+      ++created;
+    }
+    std::set<uint64_t> handles;
+    for (PageId id : live) {
+      ASSERT_TRUE(pool.page(id).live);
+      ASSERT_TRUE(handles.insert(pool.page(id).handle.value).second);
+    }
+    ASSERT_EQ(pool.live_pages(), live.size());
+    ASSERT_EQ(pool.bytes(), live.size() * kG);
+    ASSERT_EQ(driver.contract_counts().handles, live.size());
+    ASSERT_LE(pool.slots(), 16u) << "released slots are reused";
+  }
+  EXPECT_EQ(pool.creates(), created);
+  EXPECT_EQ(pool.releases(), released);
+  for (PageId id : live) ASSERT_TRUE(pool.ReleasePage(id).ok());
+  EXPECT_EQ(driver.physical_bytes(), 0u);
+}
+
+// Releasing a page that is still in use is a bug in the caller: it aborts.
+TEST(PagePoolDeathTest, APageInUseIsNotReleased) {
+  FakeDriver driver(Options());
+  PagePool pool(driver, 0, kG, 0);
+  const PageId id = *pool.Grow();
+  pool.page(id).static_users = 1;
+  EXPECT_DEATH(pool.ReleasePage(id).IgnoreError(), "released while in use");
+  pool.page(id).static_users = 0;
+  pool.page(id).arena_granule = 3;
+  EXPECT_DEATH(pool.ReleasePage(id).IgnoreError(), "released while in use");
+  pool.page(id).arena_granule = kNoGranule;
+  ASSERT_TRUE(pool.ReleasePage(id).ok());
+  EXPECT_DEATH(pool.ReleasePage(id).IgnoreError(), "released while in use");
 }
 
 }  // namespace

@@ -112,7 +112,7 @@ void ForEachPiece(uint64_t offset, uint64_t size, uint64_t g, Visit&& visit) {
 }  // namespace
 
 bool StaticRegion::RangeFree(uint64_t offset, uint64_t size) const {
-  if (size == 0 || offset + size > bytes()) return false;
+  if (size == 0 || offset > bytes() || size > bytes() - offset) return false;
   const uint32_t g = static_cast<uint32_t>(granularity_);
   bool free = true;
   ForEachPiece(offset, size, granularity_,
