@@ -18,11 +18,16 @@ SOURCES=(
   "$ROOT/plan/solver/granules.cc" "$ROOT/plan/solver/gap_index.cc"
   "$ROOT/plan/solver/instance.cc"
   "$ROOT/base/status.cc" "$ROOT/base/check.cc" "$ROOT/base/crc32c.cc"
-  "$ROOT/base/text.cc" "$ROOT/plan/testing/plan_corpus.cc"
+  "$ROOT/base/text.cc"
+)
+# The seed plans (plan/testing:plan_corpus and what it uses).
+SEEDS=(
+  "$ROOT/plan/testing/plan_corpus.cc"
+  "$ROOT/plan/solver/testing/instances.cc"
 )
 FLAGS=(-std=c++20 -O1 -g -I"$ROOT")
 "$CXX" "${FLAGS[@]}" -DLOOM_FUZZ_SEEDS "$ROOT/bench/fuzz/plan_file_fuzzer.cc" \
-  "${SOURCES[@]}" -lfmt -o "$WORK/write_seeds"
+  "${SOURCES[@]}" "${SEEDS[@]}" -lfmt -o "$WORK/write_seeds"
 "$WORK/write_seeds" "$WORK/corpus"
 "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer,address,undefined \
   -fno-sanitize-recover=all "$ROOT/bench/fuzz/plan_file_fuzzer.cc" \

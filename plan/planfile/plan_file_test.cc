@@ -7,40 +7,20 @@
 #include <string>
 
 #include "plan/solver/verifier.h"
+#include "plan/testing/plan_corpus.h"
 
 namespace loom::plan {
 namespace {
 
 // A small valid plan: MiniMalloc's README example at capacity 12, with a
-// dynamic window and one extra section.
+// dynamic window, every figure set and one extra section.
 PlanFile Sample() {
-  PlanFile plan;
-  plan.source = "input.12.csv";
+  PlanFile plan = testing::ReadmePlanFile();
   plan.fingerprint = 0x0123456789abcdefull;
-  plan.algorithm = "exact@12";
-  plan.requested = "auto";
-  plan.size_round = 1;
-  plan.min_alignment = 1;
-  plan.granule_bytes = 4;
   plan.capacity = 12;
   plan.time_limit_seconds = 10;
-  plan.peak_bytes = 12;
-  plan.lower_bound_bytes = 12;
-  plan.peak_granules = 3;
   plan.seconds = 0.25;
   plan.optimal = true;
-  plan.period = 0;
-  plan.region_size = 12;
-  plan.buffers = {{0, 8, 4, 0, 3, 1},
-                  {1, 8, 4, 3, 9, 1},
-                  {2, 4, 4, 0, 9, 1},
-                  {3, 4, 4, 9, 21, 1},
-                  {4, 0, 4, 0, 21, 1}};
-  ReusableSpace space;
-  space.window = {10, 20, "moe"};
-  space.ranges = {{8, 12}};
-  space.granules = {{8, 12}};
-  plan.dynamic_spaces = {space};
   plan.extra = {{PlanTag("MTCH"), false, "matching table"}};
   return plan;
 }

@@ -1,9 +1,12 @@
 #include "plan/testing/plan_corpus.h"
 
+#include "plan/solver/testing/instances.h"
+
 namespace loom::plan::testing {
 
-std::vector<PlanFile> PlanSeeds() {
-  std::vector<PlanFile> seeds;
+PlanFile ReadmePlanFile() {
+  const Instance instance = ReadmeInstance();
+  const std::vector<uint64_t> offsets = ReadmeOffsets();
   PlanFile plan;
   plan.source = "input.12.csv";
   plan.algorithm = "exact@12";
@@ -13,17 +16,22 @@ std::vector<PlanFile> PlanSeeds() {
   plan.lower_bound_bytes = 12;
   plan.peak_granules = 3;
   plan.region_size = 12;
-  plan.buffers = {{0, 8, 4, 0, 3, 1},
-                  {1, 8, 4, 3, 9, 1},
-                  {2, 4, 4, 0, 9, 1},
-                  {3, 4, 4, 9, 21, 1},
-                  {4, 0, 4, 0, 21, 1}};
+  for (size_t i = 0; i < instance.buffers.size(); ++i) {
+    const Buffer& b = instance.buffers[i];
+    plan.buffers.push_back(
+        {b.id, offsets[i], b.size, b.start, b.end, b.alignment});
+  }
   ReusableSpace space;
   space.window = {10, 20, "moe"};
   space.ranges = {{8, 12}};
   space.granules = {{8, 12}};
   plan.dynamic_spaces = {space};
-  seeds.push_back(plan);
+  return plan;
+}
+
+std::vector<PlanFile> PlanSeeds() {
+  std::vector<PlanFile> seeds;
+  seeds.push_back(ReadmePlanFile());
   // Cyclic, aligned, with an extra section.
   PlanFile cyclic;
   cyclic.source = "cyclic";

@@ -4,8 +4,7 @@
 
 namespace loom::plan::testing {
 
-std::vector<Trace> TraceSeeds() {
-  std::vector<Trace> seeds;
+Trace SmallSeedTrace() {
   Trace small;
   small.header.device = -1;
   small.header.granularity = 2097152;
@@ -20,7 +19,11 @@ std::vector<Trace> TraceSeeds() {
   small.events.push_back(Event::Free(1, 7, 1));
   small.AddIterationEnd(0);
   small.names.push_back("unused");
-  seeds.push_back(small);
+  return small;
+}
+
+std::vector<Trace> TraceSeeds() {
+  std::vector<Trace> seeds = {SmallSeedTrace()};
   for (uint64_t events : {40, 300, 3000}) {
     SyntheticTraceOptions options;
     options.events = events;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "base/byte_stream.h"
+#include "plan/testing/trace_corpus.h"
 #include "plan/trace/trace_binary.h"
 #include "plan/trace/trace_io.h"
 
@@ -257,23 +258,9 @@ TEST(TraceErrorsTest, BinaryReaderRejectsBadInputWithExactMessages) {
   EXPECT_TRUE(empty->events.empty());
 }
 
-Trace SmallTrace() {
-  Trace trace;
-  trace.header.granularity = 2097152;
-  trace.header.provenance = "small";
-  trace.AddIterationBegin(0);
-  trace.AddPhase(kPhaseForward);
-  trace.AddModuleEnter("moe", true);
-  trace.AddAlloc(1, 4096, 3);
-  trace.AddModuleExit("moe");
-  trace.AddFree(1, 3);
-  trace.AddIterationEnd(0);
-  return trace;
-}
-
 TEST(TraceErrorsTest, EveryTruncationOfABinaryFileIsReported) {
   StatusOr<std::string> data =
-      SerializeTrace(SmallTrace(), TraceFormat::kBinary);
+      SerializeTrace(testing::SmallSeedTrace(), TraceFormat::kBinary);
   ASSERT_TRUE(data.ok());
   for (size_t length = 0; length < data->size(); ++length) {
     std::string cut = data->substr(0, length);
@@ -290,7 +277,8 @@ TEST(TraceErrorsTest, EveryTruncationOfABinaryFileIsReported) {
 }
 
 TEST(TraceErrorsTest, EveryTruncationOfATextFileIsReported) {
-  StatusOr<std::string> data = SerializeTrace(SmallTrace(), TraceFormat::kText);
+  StatusOr<std::string> data =
+      SerializeTrace(testing::SmallSeedTrace(), TraceFormat::kText);
   ASSERT_TRUE(data.ok());
   for (size_t length = 0; length + 1 < data->size(); ++length) {
     StatusOr<Trace> trace = ParseTrace(data->substr(0, length), "cut.ltt");
@@ -303,7 +291,7 @@ TEST(TraceErrorsTest, EveryTruncationOfATextFileIsReported) {
 
 TEST(TraceErrorsTest, EveryByteFlipOfABinaryFileIsDetected) {
   StatusOr<std::string> data =
-      SerializeTrace(SmallTrace(), TraceFormat::kBinary);
+      SerializeTrace(testing::SmallSeedTrace(), TraceFormat::kBinary);
   ASSERT_TRUE(data.ok());
   for (size_t i = 0; i < data->size(); ++i) {
     for (int bit = 0; bit < 8; ++bit) {
