@@ -26,11 +26,6 @@ MakePlanOptions Quick() {
   return options;
 }
 
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-}
-
 TEST(MakePlanTest, TracePlanIsVerifiedAndCarriesItsRequestTable) {
   StatusOr<MadePlan> made = MakePlan(Training(), Quick());
   ASSERT_TRUE(made.ok()) << made.status().ToString();
@@ -60,7 +55,7 @@ TEST(MakePlanTest, TracePlanIsVerifiedAndCarriesItsRequestTable) {
 
 TEST(MakePlanTest, FileTraceGivesTheSamePlanAsTheTraceInMemory) {
   const Trace trace = Training();
-  const std::string path = TempPath("make_plan_trace.ltb");
+  const std::string path = ::testing::TempDir() + "make_plan_trace.ltb";
   ASSERT_TRUE(WriteTrace(path, trace, TraceFormat::kBinary).ok());
   MakePlanOptions options = Quick();
   options.algorithm = Algorithm::kBestFit;  // deterministic, no time limit
@@ -125,12 +120,12 @@ TEST(MakePlanTest, BadInputsFailWithTheirReason) {
   StatusOr<MadePlan> made = MakePlan(dynamic_only, Quick());
   EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument);
   // A file that does not exist.
-  made = MakePlanFromFile(TempPath("no_such_trace.ltb"), Quick());
+  made = MakePlanFromFile(::testing::TempDir() + "no_such_trace.ltb", Quick());
   EXPECT_EQ(made.status().code(), StatusCode::kNotFound);
   // A plan file is not an input.
   StatusOr<MadePlan> good = MakePlan(Training(), Quick());
   ASSERT_TRUE(good.ok());
-  const std::string plan_path = TempPath("make_plan_input.lplan");
+  const std::string plan_path = ::testing::TempDir() + "make_plan_input.lplan";
   ASSERT_TRUE(WritePlanFile(plan_path, good->file).ok());
   made = MakePlanFromFile(plan_path, Quick());
   EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument);

@@ -16,11 +16,6 @@ namespace {
 
 constexpr uint64_t kG = 64 << 10;
 
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-}
-
 // Weights, then three iterations of two requests and a dynamic module.
 plan::Trace Training() {
   plan::Trace t;
@@ -101,9 +96,11 @@ TEST(PlanLoaderTest, APlanOfABareInstanceIsRefused) {
 }
 
 TEST(PlanLoaderTest, FilesThatAreMissingOrDamagedGiveTheirReason) {
-  EXPECT_EQ(ReadRuntimePlan(TempPath("no_such.lplan"), kG).status().code(),
+  EXPECT_EQ(ReadRuntimePlan(::testing::TempDir() + "no_such.lplan", kG)
+                .status()
+                .code(),
             StatusCode::kNotFound);
-  const std::string path = TempPath("damaged.lplan");
+  const std::string path = ::testing::TempDir() + "damaged.lplan";
   ASSERT_TRUE(plan::WritePlanFile(path, MadeFile()).ok());
   ASSERT_TRUE(ReadRuntimePlan(path, kG).ok());
   // Flip one byte in the middle: the checksum catches it.
@@ -193,7 +190,7 @@ TEST(PlanLoaderTest, IdleGranulesAreTheDeviceGranulesInsideTheIdleBytes) {
 }
 
 TEST(PlanLoaderTest, ReadingTheFileGivesTheSamePlan) {
-  const std::string path = TempPath("hand.lplan");
+  const std::string path = ::testing::TempDir() + "hand.lplan";
   ASSERT_TRUE(plan::WritePlanFile(path, HandMade()).ok());
   StatusOr<RuntimePlan> read = ReadRuntimePlan(path, 4096);
   ASSERT_TRUE(read.ok()) << read.status().ToString();
@@ -296,7 +293,7 @@ TEST(PlanLoaderTest, DamagedRequestTablesAreRefusedWithTheReason) {
 
 TEST(PlanLoaderTest, EveryTruncationOfAPlanFileIsRefused) {
   const std::string bytes = plan::EncodePlanFile(HandMade());
-  const std::string path = TempPath("cut.lplan");
+  const std::string path = ::testing::TempDir() + "cut.lplan";
   for (size_t length = 0; length < bytes.size(); ++length) {
     std::ofstream(path, std::ios::binary | std::ios::trunc)
         << bytes.substr(0, length);
@@ -316,7 +313,7 @@ TEST(PlanLoaderTest, ABufferBeyondTheRegionIsRefused) {
   file.region_size = 9999;
   file.peak_bytes = 9999;
   file.dynamic_spaces.clear();
-  const std::string path = TempPath("beyond.lplan");
+  const std::string path = ::testing::TempDir() + "beyond.lplan";
   ASSERT_TRUE(plan::WritePlanFile(path, file).ok());
   StatusOr<RuntimePlan> plan = ReadRuntimePlan(path, 4096);
   EXPECT_EQ(plan.status().code(), StatusCode::kDataLoss);

@@ -355,8 +355,7 @@ TEST(AnalysisTest, LayersOfOneTrainingStepAreNotIterations) {
 }
 
 std::string WriteTemp(const std::string& name, const std::string& content) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  const std::string path = ::testing::TempDir() + name;
   std::ofstream(path, std::ios::binary) << content;
   return path;
 }

@@ -42,9 +42,7 @@ TEST(PlanFileTest, RoundTrip) {
 }
 
 TEST(PlanFileTest, FileRoundTripAndDump) {
-  const std::string path =
-      std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
-      "/roundtrip.plan";
+  const std::string path = ::testing::TempDir() + "roundtrip.plan";
   ASSERT_TRUE(WritePlanFile(path, Sample()).ok());
   StatusOr<PlanFile> back = ReadPlanFile(path);
   ASSERT_TRUE(back.ok()) << back.status().ToString();

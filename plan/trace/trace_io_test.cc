@@ -14,11 +14,6 @@
 namespace loom::plan {
 namespace {
 
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream buffer;
@@ -226,9 +221,9 @@ TEST(TraceIoTest, SyntheticTraceConvertsThroughFilesLosslessly) {
   Trace trace = MakeSyntheticTrace(options);
   ASSERT_EQ(trace.events.size(), 20000u);
   ASSERT_TRUE(ValidateTrace(trace).ok());
-  std::string ltb = TempPath("synthetic.ltb");
-  std::string ltt = TempPath("synthetic.ltt");
-  std::string ltb2 = TempPath("synthetic2.ltb");
+  std::string ltb = ::testing::TempDir() + "synthetic.ltb";
+  std::string ltt = ::testing::TempDir() + "synthetic.ltt";
+  std::string ltb2 = ::testing::TempDir() + "synthetic2.ltb";
   ASSERT_TRUE(WriteTrace(ltb, trace, TraceFormat::kBinary).ok());
   ASSERT_TRUE(ConvertTrace(ltb, ltt, TraceFormat::kText).ok());
   ASSERT_TRUE(ConvertTrace(ltt, ltb2, TraceFormat::kBinary).ok());
