@@ -231,16 +231,16 @@ def _watch_model(model, patterns, phases, iterations, backward):
         if phases and getattr(module, "training", True):
             mark_backward(output)
 
-    handle._add(model.register_forward_pre_hook(root_pre).remove)
-    handle._add(model.register_forward_hook(root_post).remove)
-    if not matchers:
-        return handle
+    # Every pattern is checked before any hook goes on: a refused watch()
+    # leaves the model as it was.
     names = [name for name, _ in model.named_modules() if name]
     unmatched = [p for p, match in matchers if not any(match(n) for n in names)]
     if unmatched:
         example = ", ".join(repr(n) for n in names[:3])
         raise LoomError(f"dynamic pattern {unmatched[0]!r} matches no module "
                         f"of the model (names look like {example})")
+    handle._add(model.register_forward_pre_hook(root_pre).remove)
+    handle._add(model.register_forward_hook(root_post).remove)
     for name, module in model.named_modules():
         if name and any(match(name) for _, match in matchers):
             _watch_dynamic(module, name, handle, backward)

@@ -2,7 +2,9 @@
 fixtures and helpers most tests share.
 
 What a test exercises must be there: a missing libloom.so or loom_tool fails
-the test (with the build command), it never skips it."""
+the test (with the build command), and a missing torch or transformers
+(fixtures `torch`, `transformers`: the real packages `./loom setup`
+installs) fails it naming `./loom setup`; nothing is skipped."""
 
 import sys
 from pathlib import Path
@@ -10,6 +12,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pytest  # noqa: E402
+
+import installed  # noqa: E402
 
 BUILD = "bazel build //cli:loom_tool //torch_plugin:libloom.so"
 
@@ -35,6 +39,20 @@ def loom_tool():
 def libloom():
     """Path of libloom.so; the test fails when it is not built."""
     return built("libloom")
+
+
+@pytest.fixture(name="torch")
+def fixture_torch():
+    """The real torch (the CPU build in .venv); the test fails, naming
+    `./loom setup`, when it cannot be imported."""
+    return installed.real("torch")
+
+
+@pytest.fixture(name="transformers")
+def fixture_transformers():
+    """The real transformers; the test fails, naming `./loom setup`, when it
+    cannot be imported."""
+    return installed.real("transformers")
 
 
 def _force_reset():

@@ -1,7 +1,19 @@
-"""Stand-ins for what loom's Python API touches in torch, for tests without
-torch: modules, optimizers and tensors with the hook-registration methods
-torch has, a fake `torch` package, and a training loop that allocates
-through libloom's C ABI (host backend: real memory)."""
+"""Stand-ins, only where the real thing cannot run in the tests (the
+project's Python has the real torch, CPU build, and transformers: models,
+optimizers, tensors, autograd, torch.device, torch.cuda's stats functions
+and _memory_viz are the real ones in the tests):
+
+- `fake_torch`: a `torch` module whose CUDA side works, for the hand-over
+  (CUDAPluggableAllocator, the `_allocator` setters,
+  change_current_allocator, set_device, is_initialized, MemPool /
+  use_mem_pool, CUDAGraph): the CPU build cannot construct or call any of
+  them and never has CUDA (test_torch_glue.py; on a GPU,
+  tests/gpu/python/test_torch_handover_gpu.py);
+- `OldOptimizer`: an optimizer without step hooks, as Megatron's are (not a
+  torch.optim.Optimizer; Megatron is not installed);
+- `FakeLoop`: a training loop that allocates through libloom's C ABI
+  (host backend: real memory), since CPU tensors never reach libloom;
+- `HOST`: enable() options for libloom on the host backend."""
 
 import ctypes
 import types
@@ -9,99 +21,6 @@ import types
 # enable() options for tests: libloom on the host backend, small pages.
 HOST = {"backend": "host", "granularity": "64KiB", "device_memory": "1GiB",
         "atexit": False}
-
-
-class Removable:
-    def __init__(self, hooks, hook):
-        self.hooks, self.hook = hooks, hook
-
-    def remove(self):
-        if self.hook in self.hooks:
-            self.hooks.remove(self.hook)
-
-
-class FakeTensor:
-    """requires_grad plus register_hook; backward() runs the hooks."""
-
-    def __init__(self, requires_grad=True, name=""):
-        self.requires_grad = requires_grad
-        self.name = name
-        self.hooks = []
-
-    def register_hook(self, hook):
-        if not self.requires_grad:
-            raise RuntimeError("cannot register a hook on a tensor that "
-                               "doesn't require gradient")
-        self.hooks.append(hook)
-        return Removable(self.hooks, hook)
-
-    def grad_arrives(self):
-        for hook in list(self.hooks):
-            hook(object())
-
-
-class FakeModule:
-    """torch.nn.Module's hook API: forward pre/post hooks, named_modules."""
-
-    def __init__(self, name="", children=(), body=None):
-        self.children = list(children)
-        self.training = True
-        self.pre_hooks, self.post_hooks = [], []
-        self.body = body  # callable(module, x) -> output
-
-    def named_modules(self, prefix=""):
-        yield prefix, self
-        for index, child in enumerate(self.children):
-            child_prefix = f"{prefix}.{child.local}" if prefix else child.local
-            yield from child.named_modules(child_prefix)
-
-    def register_forward_pre_hook(self, hook):
-        self.pre_hooks.append(hook)
-        return Removable(self.pre_hooks, hook)
-
-    def register_forward_hook(self, hook):
-        self.post_hooks.append(hook)
-        return Removable(self.post_hooks, hook)
-
-    def __call__(self, *args):
-        for hook in list(self.pre_hooks):
-            hook(self, args)
-        output = self.body(self, *args) if self.body else FakeTensor()
-        for hook in list(self.post_hooks):
-            hook(self, args, output)
-        return output
-
-    def child(self, local, module):
-        module.local = local
-        self.children.append(module)
-        return module
-
-
-class FakeOptimizer:
-    """torch.optim.Optimizer's step hooks (torch >= 2.0)."""
-
-    def __init__(self, body=None):
-        self.param_groups = [{}]
-        self.pre, self.post = [], []
-        self.body = body
-        self.steps = 0
-
-    def register_step_pre_hook(self, hook):
-        self.pre.append(hook)
-        return Removable(self.pre, hook)
-
-    def register_step_post_hook(self, hook):
-        self.post.append(hook)
-        return Removable(self.post, hook)
-
-    def step(self, closure=None):
-        for hook in list(self.pre):
-            hook(self, (), {})
-        if self.body:
-            self.body()
-        self.steps += 1
-        for hook in list(self.post):
-            hook(self, (), {})
 
 
 class OldOptimizer:

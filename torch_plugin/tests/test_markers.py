@@ -1,5 +1,9 @@
-"""watch() on fake models and optimizers (torch's hook API, no torch): the
-markers reach libloom and land in the recorded trace."""
+"""watch() on real torch models, optimizers and tensors (the CPU build):
+the markers reach libloom and land in the recorded trace, in the order real
+autograd runs the hooks. What stays a stand-in: OldOptimizer (Megatron's
+optimizers are not torch.optim.Optimizers and have no step hooks; Megatron
+is not installed) and FakeNative (libloom's allocator, for models that only
+need to call it)."""
 
 import re
 
@@ -8,7 +12,7 @@ import pytest
 from loom import markers
 from loom.tools import trace as loom_trace
 from loom.errors import LoomError
-from loom_fakes import HOST, FakeModule, FakeOptimizer, FakeTensor, OldOptimizer
+from loom_fakes import HOST, OldOptimizer
 
 
 def _record(loom, tmp_path):
@@ -38,105 +42,126 @@ def _markers(loom, tmp_path):
     return out
 
 
-def _moe_model(native):
-    """root -> layers.0 (dense), layers.1.experts.{0,1} (allocating)."""
-    def expert_body(module, x):
-        pointer = native.malloc(module.size, 0, None)
-        native.free(pointer, module.size, 0, None)
-        out = FakeTensor(name="expert_out")
-        module.outputs.append((x, out))
-        return out
+def _moe_model(torch, native):
+    """layers.0 (dense), layers.1.experts.{0,1}: each expert gets every
+    other token, allocates through libloom in its forward and, in an
+    autograd function around its output, in its backward."""
 
-    root = FakeModule()
-    layers = root.child("layers", FakeModule())
-    layers.child("0", FakeModule())
-    moe = layers.child("1", FakeModule())
-    experts = moe.child("experts", FakeModule())
-    for index, size in enumerate((1000, 2000)):
-        expert = experts.child(str(index), FakeModule(body=expert_body))
-        expert.size, expert.outputs = size, []
+    class Allocates(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, size):  # pylint: disable=arguments-differ
+            ctx.size = size
+            return x.clone()
 
-    def moe_body(module, x):
-        return [experts.children[0](x), experts.children[1](x)]
+        @staticmethod
+        def backward(ctx, grad):  # pylint: disable=arguments-differ
+            native.free(native.malloc(ctx.size, 0, None), ctx.size, 0, None)
+            return grad, None
 
-    moe.body = moe_body
+    class Expert(torch.nn.Module):
+        def __init__(self, size):
+            super().__init__()
+            self.size = size
+            self.lin = torch.nn.Linear(4, 4)
 
-    def root_body(module, x):
-        layers.children[0](x)
-        outs = moe(FakeTensor(name="moe_in"))
-        return {"logits": FakeTensor(requires_grad=True), "aux": outs}
+        def forward(self, x):
+            native.free(native.malloc(self.size, 0, None), self.size, 0,
+                        None)
+            return Allocates.apply(self.lin(x), self.size)
 
-    root.body = root_body
-    return root, experts
+    class MoE(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = torch.nn.ModuleList([Expert(1000), Expert(2000)])
+
+        def forward(self, x):
+            return [expert(x[i::2]) for i, expert in enumerate(self.experts)]
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4), MoE()])
+
+        def forward(self, x):
+            outs = self.layers[1](self.layers[0](x))
+            return {"logits": torch.cat(outs).sum(), "aux": outs}
+
+    model = Model()
+    return model, model.layers[1].experts
 
 
-def test_watch_model_and_optimizer(loom_env, tmp_path):
+def test_watch_model_and_optimizer(loom_env, tmp_path, torch):
     loom = loom_env
     session = _record(loom, tmp_path)
-    model, experts = _moe_model(session.native)
-    optimizer = FakeOptimizer()
-    handle = loom.watch(model, dynamic=["layers.*.experts.*"])
+    model, _ = _moe_model(torch, session.native)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    handle = loom.watch(model, dynamic=[r"re:experts\.\d+$"])
     assert handle.dynamic_modules == ["layers.1.experts.0",
                                       "layers.1.experts.1"]
     loom.watch(optimizer)
     for _ in range(2):
-        out = model(FakeTensor())
-        out["logits"].grad_arrives()          # backward reaches the model
-        for expert in experts.children:        # and the experts, inner first
-            x, y = expert.outputs.pop()
-            y.grad_arrives()
-            x.grad_arrives()
+        out = model(torch.randn(4, 4))
+        out["logits"].backward()
         optimizer.step()
-    assert _markers(loom, tmp_path) == [
-        "iter_begin:0", "phase:forward",
-        "enter:layers.1.experts.0:1", "alloc", "free",
-        "exit:layers.1.experts.0",
-        "enter:layers.1.experts.1:1", "alloc", "free",
-        "exit:layers.1.experts.1",
-        "phase:backward",
-        "enter:layers.1.experts.0:1", "exit:layers.1.experts.0",
-        "enter:layers.1.experts.1:1", "exit:layers.1.experts.1",
-        "phase:optimizer", "iter_end:0", "iter_begin:1",
+        optimizer.zero_grad()
+    # Autograd runs the experts' backward in reverse (experts.1 first); each
+    # expert's window opens when its output's gradient arrives and closes
+    # when its input's is done, so its backward allocation lies inside.
+    iteration = [
         "phase:forward",
         "enter:layers.1.experts.0:1", "alloc", "free",
         "exit:layers.1.experts.0",
         "enter:layers.1.experts.1:1", "alloc", "free",
         "exit:layers.1.experts.1",
         "phase:backward",
-        "enter:layers.1.experts.0:1", "exit:layers.1.experts.0",
-        "enter:layers.1.experts.1:1", "exit:layers.1.experts.1",
-        "phase:optimizer", "iter_end:1", "iter_begin:2", "iter_end:2"]
-    assert loom.memory_stats()["loom.dynamic_requests"] == 4
+        "enter:layers.1.experts.1:1", "alloc", "free",
+        "exit:layers.1.experts.1",
+        "enter:layers.1.experts.0:1", "alloc", "free",
+        "exit:layers.1.experts.0",
+        "phase:optimizer"]
+    assert _markers(loom, tmp_path) == (
+        ["iter_begin:0"] + iteration + ["iter_end:0", "iter_begin:1"] +
+        iteration + ["iter_end:1", "iter_begin:2", "iter_end:2"])
+    assert loom.memory_stats()["loom.dynamic_requests"] == 8
 
 
-def test_eval_and_no_grad_forward(loom_env, tmp_path):
+def test_eval_and_no_grad_forward(loom_env, tmp_path, torch):
     loom = loom_env
     _record(loom, tmp_path)
-    model = FakeModule(body=lambda m, x: FakeTensor(requires_grad=False))
+    model = torch.nn.Linear(4, 4)
     loom.watch(model)
-    model.training = False
-    model(FakeTensor())               # eval: no iteration begins
-    model.training = True
-    out = model(FakeTensor())         # no tensor requires grad: no backward
-    assert out.hooks == []
+    model.eval()
+    model(torch.randn(2, 4))          # eval: no iteration begins
+    model.train()
+    with torch.no_grad():
+        out = model(torch.randn(2, 4))  # no tensor requires grad
+    assert not out.requires_grad and out.grad_fn is None
     assert _markers(loom, tmp_path) == ["phase:eval", "iter_begin:0",
                                         "phase:forward", "iter_end:0"]
 
 
-def test_handles_remove_every_hook(loom_env, tmp_path):
+def _hooks(module):
+    return [(name, len(m._forward_pre_hooks), len(m._forward_hooks))
+            for name, m in module.named_modules()
+            if m._forward_pre_hooks or m._forward_hooks]
+
+
+def test_handles_remove_every_hook(loom_env, tmp_path, torch):
     loom = loom_env
     _record(loom, tmp_path)
-    model, experts = _moe_model(FakeNative())
-    optimizer = FakeOptimizer()
+    model, _ = _moe_model(torch, FakeNative())
+    optimizer = torch.optim.AdamW(model.parameters())
     handles = [loom.watch(model, dynamic="re:experts\\.[01]$"),
                loom.watch(optimizer)]
-    assert model.pre_hooks and experts.children[0].pre_hooks
+    assert _hooks(model) == [("", 1, 1), ("layers.1.experts.0", 1, 1),
+                             ("layers.1.experts.1", 1, 1)]
+    assert len(optimizer._optimizer_step_pre_hooks) == 1
+    assert len(optimizer._optimizer_step_post_hooks) == 1
     for handle in handles:
         handle.remove()
-    assert not model.pre_hooks and not model.post_hooks
-    assert not experts.children[1].pre_hooks
-    assert not experts.children[1].post_hooks
-    assert not optimizer.pre and not optimizer.post
+    assert _hooks(model) == []
+    assert not optimizer._optimizer_step_pre_hooks
+    assert not optimizer._optimizer_step_post_hooks
 
 
 def test_optimizer_without_hooks_is_wrapped(loom_env, tmp_path):
@@ -169,56 +194,72 @@ def test_module_exits_always_nest(loom_env, tmp_path):
         "enter:a:1", "enter:b:0", "enter:c:1", "exit:c", "exit:b", "exit:a"]
 
 
-def test_markers_without_loom_are_no_ops(no_session):
+def test_markers_without_loom_are_no_ops(no_session, torch, transformers):
+    del transformers  # loom.hf_callback() imports it
     loom = no_session
     loom.step()
     loom.phase("forward")
     loom.module_enter("x", True)
     loom.module_exit("x")
-    model = FakeModule(body=lambda m, x: FakeTensor())
-    loom.watch(model, dynamic=None)
-    model(FakeTensor()).grad_arrives()
-    optimizer = FakeOptimizer()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    loom.watch(model, dynamic=["1"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loom.watch(optimizer)
+    model(torch.randn(2, 4)).sum().backward()
     optimizer.step()
+    wrapped = loom.megatron_forward_step(lambda data, m: (m(data), None))
+    wrapped(torch.randn(2, 4), model)[0].sum().backward()
     assert loom.status() is None and loom.finish() is None
     with pytest.raises(LoomError, match="loom is not enabled in this process"):
         loom.memory_stats()
 
 
-def test_watch_argument_errors():
+def test_watch_argument_errors(torch):
     import loom
-    model = FakeModule()
-    model.child("encoder", FakeModule()).child("block", FakeModule())
+    model = torch.nn.Module()
+    model.encoder = torch.nn.Module()
+    model.encoder.block = torch.nn.Linear(2, 2)
     with pytest.raises(LoomError, match="takes a torch.nn.Module or a torch."
                                         "optim.Optimizer, got int"):
         loom.watch(3)
+    with pytest.raises(LoomError, match="got Tensor"):
+        loom.watch(torch.zeros(1))
     with pytest.raises(LoomError) as error:
         loom.watch(model, dynamic=["*.experts.*"])
     assert str(error.value) == ("dynamic pattern '*.experts.*' matches no "
                                 "module of the model (names look like "
                                 "'encoder', 'encoder.block')")
+    assert _hooks(model) == [], "a refused watch() leaves no hook behind"
     with pytest.raises(LoomError, match="bad regex"):
         loom.watch(model, dynamic=["re:(("])
     with pytest.raises(LoomError, match="patterns are strings"):
-        loom.watch(model, dynamic=[42])
+        loom.watch(model, dynamic=["encoder", 42])
+    assert _hooks(model) == []
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(LoomError, match="dynamic= applies to models"):
-        loom.watch(FakeOptimizer(), dynamic=["x"])
+        loom.watch(optimizer, dynamic=["x"])
     with pytest.raises(LoomError, match="expected a non-empty name"):
         loom.phase("")
     handle = loom.watch(model, dynamic=[re.compile(r"block$")])
     assert handle.dynamic_modules == ["encoder.block"]
     handle.remove()
+    assert _hooks(model) == []
 
 
-def test_grad_tensor_finds_outputs_in_containers():
-    plain = FakeTensor(requires_grad=False)
-    wanted = FakeTensor()
+def test_grad_tensor_finds_outputs_in_containers(torch, transformers):
+    from transformers.modeling_outputs import CausalLMOutput
+    plain = torch.zeros(2)
+    wanted = torch.zeros(2, requires_grad=True) * 2
     assert markers.grad_tensor(wanted) is wanted
     assert markers.grad_tensor(plain) is None
     assert markers.grad_tensor((plain, [None, {"x": wanted}])) is wanted
     assert markers.grad_tensor({"a": 1, "b": "text"}) is None
     assert markers.grad_tensor([[[[[wanted]]]]]) is None  # too deep
+    # What Hugging Face models return: a ModelOutput (an OrderedDict).
+    output = CausalLMOutput(loss=wanted.sum(), logits=plain)
+    assert isinstance(output, transformers.utils.ModelOutput)
+    assert markers.grad_tensor(output) is output.loss
+    assert markers.grad_tensor(CausalLMOutput(logits=wanted)) is wanted
 
 
 class FakeNative:

@@ -1,8 +1,9 @@
 """loom.memory_stats(), reset_peak_memory_stats(), memory_summary() and
-export_snapshot() of the current run, on the host backend."""
+export_snapshot() of the current run, on the host backend (devices given
+as real torch.device objects too). test_real_torch.py checks that torch's
+own functions report these figures once loom has replaced them."""
 
 import pickle
-import types
 
 import pytest
 
@@ -38,20 +39,21 @@ def test_memory_stats_have_torch_keys_and_exact_bytes(loom_env, tmp_path):
         assert key in s
 
 
-def test_device_arguments(loom_env, tmp_path):
+def test_device_arguments(loom_env, tmp_path, torch):
     loom = loom_env
     session = loom._configure_native(mode="record", workdir=tmp_path,
                                      devices=2, **HOST)
     pointer = session.native.malloc(5000, 1)
     assert loom.memory_stats(1)["allocated_bytes.all.current"] == 5000
     assert loom.memory_stats("cuda:1") == loom.memory_stats(1)
-    cuda1 = types.SimpleNamespace(type="cuda", index=1)
-    assert loom.memory_stats(cuda1) == loom.memory_stats(1)
+    assert loom.memory_stats(torch.device("cuda", 1)) == loom.memory_stats(1)
+    assert loom.memory_stats(torch.device("cuda:1")) == loom.memory_stats(1)
     assert loom.memory_stats()["allocated_bytes.all.current"] == 0
     assert loom.memory_stats("cuda") == loom.memory_stats(0)
+    assert loom.memory_stats(torch.device("cuda")) == loom.memory_stats(0)
     for bad, message in (("cpu", "is not 'cuda' or 'cuda:N'"),
-                         (types.SimpleNamespace(type="cpu", index=None),
-                          "is not a CUDA device"),
+                         (torch.device("cpu"), "is not a CUDA device"),
+                         (torch.device("meta"), "is not a CUDA device"),
                          (True, "is not a device"), (2.0, "is not a device"),
                          (-1, "out of range")):
         with pytest.raises(LoomError, match=message):

@@ -1,21 +1,32 @@
-"""Handing libloom to PyTorch, against a fake `torch` (torch is not
-installed here): the checks before the swap, the swap, the hooks, and the
-errors when torch or CUDA is missing or CUDA is initialised too early."""
+"""Handing libloom to PyTorch: what loom does with torch's pluggable-
+allocator API when the swap can happen, against a fake `torch`
+(loom_fakes.fake_torch), and the error without torch at all.
+
+Fake torch stays here because the real one cannot go: the project's torch
+is the CPU build, where torch.cuda.memory.CUDAPluggableAllocator cannot be
+constructed (torch._C._cuda_customAllocator is missing, and the allocator
+setters set_record_stream_fn ... set_release_pool with it),
+change_current_allocator cannot run, CUDA is never available or initialised
+and MemPool / CUDAGraph cannot be instantiated. So the swap itself, the
+hooks, set_device under torchrun, "CUDA initialised too early", PyTorch
+refusing the swap, graph capture with and without the pool hooks, an old
+PyTorch without the API and loom.pool()'s MemPool are checked here with
+the fake, which records what loom calls; test_real_torch.py checks what the
+real torch allows (the API surface, the no-CUDA error, the stats, snapshots
+drawn by torch.cuda._memory_viz), and tests/gpu/python/
+test_torch_handover_gpu.py the hand-over on a GPU."""
 
 import logging
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+import installed
 from loom import _torch
 from loom import _state
 from loom import stats
 from loom.errors import LoomError
 from loom_fakes import fake_torch
-
-PLUGIN_DIR = Path(__file__).resolve().parent.parent
 
 
 def _use(monkeypatch, **kwargs):
@@ -24,24 +35,43 @@ def _use(monkeypatch, **kwargs):
     return torch, calls, state
 
 
-def test_without_torch_the_error_is_one_clear_line(loom_env, tmp_path):
-    if "torch" in sys.modules or _torch_importable():
-        pytest.skip("torch is installed here")
-    loom = loom_env
-    with pytest.raises(LoomError) as error:
-        loom.enable(workdir=tmp_path)
-    assert str(error.value).startswith(
+def test_without_torch_the_error_is_one_clear_line(tmp_path):
+    """In a Python where torch is not installed (torch is here: the child
+    makes its import fail as a missing package does)."""
+    workdir = tmp_path / "w"
+    script = f"""
+        import json
+        import loom
+        from loom import _state
+        from loom.errors import LoomError
+        out = {{}}
+        try:
+            loom.enable(workdir={str(workdir)!r})
+        except LoomError as error:
+            out["enable"] = str(error)
+            out["chained"] = error.__cause__ is not None or (
+                error.__context__ is not None and
+                not error.__suppress_context__)
+        out["session"] = _state.current() is not None
+        try:
+            with loom.pool():
+                pass
+        except LoomError as error:
+            out["pool"] = str(error)
+        out["session_after_pool"] = _state.current() is not None
+        print(json.dumps(out), flush=True)
+        loom.enable(workdir={str(workdir)!r})  # uncaught, as in a script
+        """
+    result = installed.run_python(script, without=["torch"])
+    out = installed.last_json(result)
+    assert out["enable"].startswith(
         "loom.enable() needs PyTorch, which cannot be imported here (No "
         "module named 'torch')")
-    assert error.value.__cause__ is None and error.value.__suppress_context__
-    assert _state.current() is None
-    with pytest.raises(LoomError, match="loom.pool.. needs PyTorch"):
-        with loom.pool():
-            pass
+    assert not out["chained"]
+    assert not out["session"] and not out["session_after_pool"]
+    assert out["pool"].startswith("loom.pool() needs PyTorch")
+    assert not workdir.exists(), "nothing written before the check"
     # As a script: one exception, no chained tracebacks.
-    script = (f"import loom; loom.enable(workdir={str(tmp_path)!r})")
-    result = subprocess.run([sys.executable, "-c", script], cwd=PLUGIN_DIR,
-                            capture_output=True, text=True, check=False)
     assert result.returncode == 1
     assert "During handling" not in result.stderr
     assert result.stderr.count("Traceback") == 1
@@ -49,26 +79,31 @@ def test_without_torch_the_error_is_one_clear_line(loom_env, tmp_path):
         "loom.errors.LoomError: loom.enable() needs PyTorch")
 
 
-def _torch_importable():
-    import importlib.util  # pylint: disable=import-outside-toplevel
-    return importlib.util.find_spec("torch") is not None
+def test_a_python_without_torch_is_what_the_test_above_sees():
+    result = installed.run_python("""
+        import importlib.util
+        try:
+            import torch
+        except ModuleNotFoundError as error:
+            print(repr(error), error.name)
+        try:
+            import torch.cuda
+        except ModuleNotFoundError as error:
+            print(repr(error))
+        print(importlib.util.find_spec("json") is not None)
+        """, without=["torch"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "ModuleNotFoundError(\"No module named 'torch'\") torch",
+        "ModuleNotFoundError(\"No module named 'torch'\")",
+        "True"]
 
 
 def test_importing_loom_does_not_import_torch():
-    code = "import sys, loom; print('torch' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], cwd=PLUGIN_DIR,
-                            capture_output=True, text=True, check=True)
+    result = installed.run_python(
+        "import sys, loom; print('torch' in sys.modules)")
+    assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
-
-
-def test_no_cuda(loom_env, tmp_path, monkeypatch):
-    _use(monkeypatch, available=False)
-    with pytest.raises(LoomError) as error:
-        loom_env.enable(workdir=tmp_path)
-    message = str(error.value)
-    assert "CUDA is not available to PyTorch 2.9.0" in message
-    assert "torch.version.cuda = None" in message
-    assert _state.current() is None
 
 
 def test_old_torch(loom_env, tmp_path, monkeypatch):
