@@ -25,6 +25,10 @@ bool EndsWithCsv(std::string_view path) {
 StatusOr<TransformerConfig> BuiltinConfig(std::string_view name) {
   if (name == "moe") return MoeConfig();
   if (name == "dense") return DenseConfig();
+  if (name == "moe_dropless") return MoeDroplessConfig();
+  if (name == "moe_capacity") return MoeCapacityConfig();
+  if (name == "varlen") return VarlenConfig();
+  if (name == "eval") return EvalConfig();
   if (name == "moe_comm") {
     TransformerConfig config = MoeConfig();
     config.name = "moe_comm";
@@ -69,7 +73,8 @@ StatusOr<plan::Trace> LoadBuiltin(std::string_view spec) {
 }  // namespace
 
 std::vector<std::string> BuiltinWorkloadNames() {
-  return {"moe", "dense", "moe_comm"};
+  return {"moe",          "dense",  "moe_comm", "moe_dropless",
+          "moe_capacity", "varlen", "eval"};
 }
 
 StatusOr<Workload> LoadWorkload(std::string_view spec) {

@@ -1,11 +1,19 @@
 // Workload inputs of the comparison: one function turns what the user
 // names on the command line into a plan::Trace.
 //
-//   builtin:<name>[:key=value,...]  a generated workload (transformer.h):
+//   builtin:<name>[:key=value,...]  a generated workload (transformer.h,
+//                                   shapes in transformer_config.h):
 //                                   "moe", "dense", "moe_comm" (MoE with
-//                                   dispatch/combine buffers on stream 1);
-//                                   options as in SetTransformerOption,
-//                                   e.g. builtin:moe:layers=4,seed=7
+//                                   dispatch/combine buffers on stream 1),
+//                                   "moe_dropless" (moe by its explicit
+//                                   name), "moe_capacity" (capacity factor
+//                                   1.25: static expert buffers), "varlen"
+//                                   (sequence length per iteration),
+//                                   "eval" (evaluation steps between
+//                                   training iterations); options as in
+//                                   SetTransformerOption, e.g.
+//                                   builtin:moe:layers=4,seed=7 or
+//                                   builtin:varlen:seq_lens=512:1024
 //   <path>.csv                      a MiniMalloc CSV planning instance:
 //                                   each buffer is allocated at `lower` and
 //                                   freed at `upper`; at equal times frees

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "plan/solver/instance.h"
 #include "plan/trace/trace_io.h"
@@ -103,7 +104,21 @@ TEST(LoadTest, BuiltinWorkloadsWithOptions) {
   for (const plan::Event& e : comm->trace.events)
     second_stream |= e.stream == 1;
   EXPECT_TRUE(second_stream);
-  EXPECT_EQ(BuiltinWorkloadNames().size(), 3u);
+  EXPECT_EQ(
+      BuiltinWorkloadNames(),
+      (std::vector<std::string>{"moe", "dense", "moe_comm", "moe_dropless",
+                                "moe_capacity", "varlen", "eval"}));
+  // Every listed name loads, with options, into a valid trace.
+  for (const std::string& name : BuiltinWorkloadNames()) {
+    std::string spec = "builtin:" + name + ":layers=1,seq_len=64,hidden=64";
+    if (name == "varlen") spec += ",seq_lens=32:64";
+    auto workload = LoadWorkload(spec);
+    ASSERT_TRUE(workload.ok()) << spec << ": " << workload.status().ToString();
+    EXPECT_TRUE(plan::ValidateTrace(workload->trace).ok()) << spec;
+    EXPECT_NE(workload->trace.header.provenance.find("workload " + name + ":"),
+              std::string::npos)
+        << workload->trace.header.provenance;
+  }
 }
 
 TEST(LoadTest, ErrorsNameTheProblem) {
@@ -117,6 +132,12 @@ TEST(LoadTest, ErrorsNameTheProblem) {
       {"builtin:moe:layers", StatusCode::kInvalidArgument, "key=value"},
       {"builtin:moe:layers=0", StatusCode::kInvalidArgument, "layers"},
       {"builtin:moe:depth=3", StatusCode::kInvalidArgument, "'depth'"},
+      {"builtin:dense:capacity_factor=1.25", StatusCode::kInvalidArgument,
+       "needs experts"},
+      {"builtin:varlen:seq_lens=1024:x", StatusCode::kInvalidArgument,
+       "seq_lens=1024:x"},
+      {"builtin:eval:eval_every=-1", StatusCode::kInvalidArgument,
+       "eval_every"},
       {"/nonexistent/x.csv", StatusCode::kNotFound, "x.csv"},
       {"/nonexistent/trace.ltt", StatusCode::kNotFound, "trace.ltt"},
   };

@@ -3,49 +3,55 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
 #include <numeric>
+#include <string>
 
 #include "base/check.h"
+#include "whatif/workloads/rng.h"
 
 namespace loom::whatif {
 namespace {
 
-constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 50;
-constexpr uint64_t kMaxEvents = 10'000'000;
+// Routing keys of evaluation batches start here (training iterations use
+// their index, below 1000), so their routing draws are their own.
+constexpr uint64_t kEvalRoutingKey = uint64_t{1} << 30;
 
-// splitmix64: a tiny PRNG with the same output everywhere.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+// Tokens each of the config's experts receives when `tokens` tokens are
+// routed in (key, layer); key = the training iteration, or kEvalRoutingKey
+// + the evaluation batch.
+std::vector<uint64_t> RouteTokens(const TransformerConfig& c, uint64_t key,
+                                  int layer, uint64_t tokens) {
+  LOOM_CHECK(c.experts > 0 && c.top_k >= 1 && c.top_k <= c.experts);
+  Rng rng(c.seed * 0x100000001b3ULL ^
+          (key << 32 | static_cast<uint64_t>(layer)));
+  const int experts = c.experts;
+  std::vector<double> popularity(experts);
+  for (double& p : popularity) p = c.routing_skew * rng.Normal();
+  std::vector<uint64_t> counts(experts, 0);
+  std::vector<double> score(experts);
+  std::vector<int> order(experts);
+  for (uint64_t t = 0; t < tokens; ++t) {
+    for (int e = 0; e < experts; ++e) score[e] = popularity[e] + rng.Gumbel();
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(
+        order.begin(), order.begin() + c.top_k, order.end(), [&](int a, int b) {
+          return score[a] != score[b] ? score[a] > score[b] : a < b;
+        });
+    for (int i = 0; i < c.top_k; ++i) ++counts[order[i]];
   }
-  // Uniform in (0, 1).
-  double Uniform() { return ((Next() >> 11) + 0.5) * 0x1.0p-53; }
-  double Normal() {  // Box-Muller
-    double u = Uniform();
-    double v = Uniform();
-    return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
-  }
-  double Gumbel() { return -std::log(-std::log(Uniform())); }
+  return counts;
+}
 
- private:
-  uint64_t state_;
-};
-
-// a * b, or 0 when it overflows or exceeds kMaxTensorBytes.
-uint64_t CheckedProduct(std::initializer_list<uint64_t> factors) {
-  unsigned __int128 product = 1;
-  for (uint64_t f : factors) {
-    product *= f;
-    if (product > kMaxTensorBytes) return 0;
+std::string SeqLenOrderName(SeqLenOrder order) {
+  switch (order) {
+    case SeqLenOrder::kCycle:
+      return "cycle";
+    case SeqLenOrder::kShuffle:
+      return "shuffle";
+    case SeqLenOrder::kRandom:
+      return "random";
   }
-  return static_cast<uint64_t>(product);
+  return "?";
 }
 
 struct Param {
@@ -71,25 +77,75 @@ struct LayerSaved {
 
 class Generator {
  public:
-  explicit Generator(const TransformerConfig& c)
-      : c_(c), tokens_(c.seq_len * c.micro_batch) {}
+  explicit Generator(const TransformerConfig& c) : c_(c) {
+    SetSeqLen(c.seq_len);
+  }
 
   plan::Trace Run() {
     trace_.header.device = 0;
-    trace_.header.provenance = fmt::format(
-        "loom builtin workload {}: {} layers, {} iterations, hidden {}, {} "
-        "tokens/iteration, {}, seed {}",
-        c_.name, c_.layers, c_.iterations, c_.hidden, tokens_,
-        c_.experts > 0 ? fmt::format("{} experts top-{}", c_.experts, c_.top_k)
-                       : std::string("dense MLP"),
-        c_.seed);
+    trace_.header.provenance = Provenance();
     Setup();
-    for (int it = 0; it < c_.iterations; ++it) Iteration(it);
+    int eval_step = 0;
+    for (int it = 0; it < c_.iterations; ++it) {
+      Iteration(it);
+      if (EvalAfter(c_, it)) EvalStep(eval_step++);
+    }
     return std::move(trace_);
   }
 
  private:
+  // Unchanged for the workloads that predate seq_lens, capacities and
+  // evaluation steps (their traces are fingerprinted).
+  std::string Provenance() const {
+    std::string tokens =
+        fmt::format("{} tokens/iteration", c_.seq_len * c_.micro_batch);
+    if (!c_.seq_lens.empty()) {
+      std::string lens;
+      for (uint64_t len : c_.seq_lens) {
+        lens += (lens.empty() ? "" : ":") + std::to_string(len);
+      }
+      tokens = fmt::format("seq_lens {} ({}) x {} sequences/iteration", lens,
+                           SeqLenOrderName(c_.seq_len_order), c_.micro_batch);
+    }
+    std::string mixer =
+        c_.experts > 0 ? fmt::format("{} experts top-{}", c_.experts, c_.top_k)
+                       : std::string("dense MLP");
+    if (c_.capacity_factor > 0) {
+      mixer += fmt::format(" capacity factor {}", c_.capacity_factor);
+    }
+    std::string eval;
+    if (c_.eval_every > 0) {
+      eval = fmt::format(", {} eval batches after every {} iterations",
+                         c_.eval_batches, c_.eval_every);
+    }
+    return fmt::format(
+        "loom builtin workload {}: {} layers, {} iterations, hidden {}, {}, "
+        "{}{}, seed {}",
+        c_.name, c_.layers, c_.iterations, c_.hidden, tokens, mixer, eval,
+        c_.seed);
+  }
+
+  void SetSeqLen(uint64_t seq_len) {
+    seq_len_ = seq_len;
+    tokens_ = seq_len * c_.micro_batch;
+  }
   uint64_t Th() const { return tokens_ * c_.hidden * c_.dtype_bytes; }
+  bool Moe() const { return c_.experts > 0; }
+  bool Capped() const { return Moe() && c_.capacity_factor > 0; }
+  // Sizes change between iterations only with dropless routing.
+  bool DynamicMixer() const { return Moe() && !Capped(); }
+  // Rows of the dispatch (permuted) buffer and its gradient.
+  uint64_t DispatchRows() const {
+    if (Capped()) return c_.experts * ExpertCapacity(c_, tokens_);
+    return tokens_ * c_.top_k;
+  }
+  // Rows of each expert's buffers in (key, layer) of the current pass.
+  std::vector<uint64_t> ExpertRows(uint64_t key, int layer) const {
+    if (Capped()) {
+      return std::vector<uint64_t>(c_.experts, ExpertCapacity(c_, tokens_));
+    }
+    return RouteTokens(c_, key, layer, tokens_);
+  }
 
   uint64_t A(uint64_t bytes, uint64_t stream = 0) {
     LOOM_CHECK(bytes > 0);
@@ -141,6 +197,7 @@ class Generator {
   }
 
   void Iteration(int it) {
+    SetSeqLen(SeqLenAt(c_, it));
     trace_.AddIterationBegin(it);
     trace_.AddPhase(plan::kPhaseForward);
     uint64_t ids = A(tokens_ * 8);
@@ -217,20 +274,19 @@ class Generator {
     s.ln1 = A(Th());
     s.qkv = A(3 * Th());
     s.attn = A(Th());
-    s.lse = A(c_.micro_batch * c_.heads * c_.seq_len * 4);
+    s.lse = A(c_.micro_batch * c_.heads * seq_len_ * 4);
     uint64_t proj = A(Th());
     s.r1 = A(Th());
     F(proj);
     trace_.AddModuleExit(LayerModule(l, false));
-    const bool moe = c_.experts > 0;
-    trace_.AddModuleEnter(LayerModule(l, true), /*dynamic=*/moe);
+    trace_.AddModuleEnter(LayerModule(l, true), DynamicMixer());
     s.ln2 = A(Th());
-    if (moe) {
+    if (Moe()) {
       s.logits = A(tokens_ * c_.experts * 4);
       s.probs = A(tokens_ * c_.top_k * 4);
       s.idx = A(tokens_ * c_.top_k * 8);
-      s.permuted = A(tokens_ * c_.top_k * h * c_.dtype_bytes, CommStream());
-      s.tokens = ExpertTokenCounts(c_, it, l);
+      s.permuted = A(DispatchRows() * h * c_.dtype_bytes, CommStream());
+      s.tokens = ExpertRows(static_cast<uint64_t>(it), l);
       s.expert_fc1.assign(c_.experts, 0);
       s.expert_act.assign(c_.experts, 0);
       s.expert_out.assign(c_.experts, 0);
@@ -258,10 +314,9 @@ class Generator {
   uint64_t Backward(int l, const LayerSaved& s, uint64_t g) {
     const uint64_t h = c_.hidden;
     const LayerParams& lp = layers_[l];
-    const bool moe = c_.experts > 0;
-    trace_.AddModuleEnter(LayerModule(l, true), /*dynamic=*/moe);
+    trace_.AddModuleEnter(LayerModule(l, true), DynamicMixer());
     uint64_t grad_ln2 = 0;
-    if (moe) {
+    if (Moe()) {
       std::vector<uint64_t> grad_in;
       for (int e = c_.experts - 1; e >= 0; --e) {
         uint64_t n = s.tokens[e];
@@ -280,7 +335,7 @@ class Generator {
         F(grad_fc1);
       }
       uint64_t grad_permuted =
-          A(tokens_ * c_.top_k * h * c_.dtype_bytes, CommStream());
+          A(DispatchRows() * h * c_.dtype_bytes, CommStream());
       for (uint64_t id : grad_in) F(id);
       F(s.permuted, CommStream());
       uint64_t grad_logits = A(tokens_ * c_.experts * 4);
@@ -331,8 +386,101 @@ class Generator {
     return grad_x;
   }
 
+  // An evaluation step between training iterations (see transformer.h):
+  // forward passes under no_grad, nothing kept across layers.
+  void EvalStep(int step) {
+    trace_.AddPhase(plan::kPhaseEval);
+    SetSeqLen(MaxSeqLen(c_));
+    std::vector<uint64_t> losses;
+    for (int b = 0; b < c_.eval_batches; ++b) {
+      const uint64_t key =
+          kEvalRoutingKey + static_cast<uint64_t>(step) * c_.eval_batches + b;
+      uint64_t ids = A(tokens_ * 8);
+      uint64_t labels = A(tokens_ * 8);
+      trace_.AddModuleEnter("embedding");
+      uint64_t x = A(Th());
+      trace_.AddModuleExit("embedding");
+      for (int l = 0; l < c_.layers; ++l) x = EvalLayer(key, l, x);
+      const uint64_t logits_elems = tokens_ * c_.vocab;
+      trace_.AddModuleEnter("lm_head");
+      uint64_t final_ln = A(Th());
+      F(x);
+      uint64_t logits = A(logits_elems * c_.dtype_bytes);
+      F(final_ln);
+      uint64_t logits32 = A(logits_elems * 4);  // .float() for the loss
+      uint64_t log_probs = A(logits_elems * 4);
+      F(logits32);
+      losses.push_back(A(4));
+      F(log_probs);
+      trace_.AddModuleExit("lm_head");
+      F(logits);  // dropped with the outputs (only the loss is kept)
+      F(labels);
+      F(ids);
+    }
+    for (uint64_t loss : losses) F(loss);  // gathered to the host
+  }
+
+  // One layer's forward under no_grad: every input freed once consumed.
+  uint64_t EvalLayer(uint64_t key, int l, uint64_t x) {
+    const uint64_t h = c_.hidden;
+    trace_.AddModuleEnter(LayerModule(l, false));
+    uint64_t ln1 = A(Th());
+    uint64_t qkv = A(3 * Th());
+    F(ln1);
+    uint64_t attn = A(Th());
+    uint64_t lse = A(c_.micro_batch * c_.heads * seq_len_ * 4);
+    F(lse);  // returned by the attention kernel, unused without autograd
+    F(qkv);
+    uint64_t proj = A(Th());
+    F(attn);
+    uint64_t r1 = A(Th());
+    F(proj);
+    F(x);
+    trace_.AddModuleExit(LayerModule(l, false));
+    trace_.AddModuleEnter(LayerModule(l, true), DynamicMixer());
+    uint64_t ln2 = A(Th());
+    uint64_t x_out = 0;
+    if (Moe()) {
+      uint64_t logits = A(tokens_ * c_.experts * 4);
+      uint64_t probs = A(tokens_ * c_.top_k * 4);
+      uint64_t idx = A(tokens_ * c_.top_k * 8);
+      F(logits);
+      uint64_t permuted = A(DispatchRows() * h * c_.dtype_bytes, CommStream());
+      F(ln2);
+      std::vector<uint64_t> outs;
+      for (uint64_t n : ExpertRows(key, l)) {
+        if (n == 0) continue;
+        uint64_t fc1 = A(n * 2 * c_.expert_ffn_hidden * c_.dtype_bytes);
+        uint64_t act = A(n * c_.expert_ffn_hidden * c_.dtype_bytes);
+        F(fc1);
+        outs.push_back(A(n * h * c_.dtype_bytes));
+        F(act);
+      }
+      uint64_t combined = A(Th(), CommStream());
+      for (uint64_t id : outs) F(id);
+      F(permuted, CommStream());
+      F(probs);
+      F(idx);
+      x_out = A(Th());
+      F(combined, CommStream());
+    } else {
+      uint64_t fc1 = A(tokens_ * 2 * c_.ffn_hidden * c_.dtype_bytes);
+      F(ln2);
+      uint64_t act = A(tokens_ * c_.ffn_hidden * c_.dtype_bytes);
+      F(fc1);
+      uint64_t fc2 = A(Th());
+      F(act);
+      x_out = A(Th());
+      F(fc2);
+    }
+    F(r1);
+    trace_.AddModuleExit(LayerModule(l, true));
+    return x_out;
+  }
+
   const TransformerConfig& c_;
-  const uint64_t tokens_;
+  uint64_t seq_len_ = 0;  // of the current pass
+  uint64_t tokens_ = 0;   // seq_len_ * micro_batch
   plan::Trace trace_;
   uint64_t next_id_ = 1;
   std::vector<Param> params_;
@@ -340,162 +488,13 @@ class Generator {
   int embedding_ = 0, final_norm_ = 0, lm_head_ = 0;
 };
 
-template <typename T>
-Status ParseNumber(std::string_view key, std::string_view text, T* out) {
-  T value{};
-  auto [end, error] =
-      std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size()) {
-    return InvalidArgumentError("workload option {}={}: not a number", key,
-                                text);
-  }
-  *out = value;
-  return OkStatus();
-}
-
 }  // namespace
-
-TransformerConfig MoeConfig() {
-  TransformerConfig c;
-  c.name = "moe";
-  c.experts = 8;
-  c.top_k = 2;
-  return c;
-}
-
-TransformerConfig DenseConfig() { return TransformerConfig(); }
-
-Status SetTransformerOption(TransformerConfig& c, std::string_view key,
-                            std::string_view value) {
-  auto u64 = [&](uint64_t* out) { return ParseNumber(key, value, out); };
-  auto i32 = [&](int* out) { return ParseNumber(key, value, out); };
-  if (key == "layers") return i32(&c.layers);
-  if (key == "iterations") return i32(&c.iterations);
-  if (key == "hidden") return u64(&c.hidden);
-  if (key == "heads") return u64(&c.heads);
-  if (key == "seq_len") return u64(&c.seq_len);
-  if (key == "micro_batch") return u64(&c.micro_batch);
-  if (key == "vocab") return u64(&c.vocab);
-  if (key == "ffn_hidden") return u64(&c.ffn_hidden);
-  if (key == "experts") return i32(&c.experts);
-  if (key == "top_k") return i32(&c.top_k);
-  if (key == "expert_ffn_hidden") return u64(&c.expert_ffn_hidden);
-  if (key == "optimizer_shard") return u64(&c.optimizer_shard);
-  if (key == "seed") return u64(&c.seed);
-  if (key == "routing_skew") {
-    std::string text(value);
-    char* end = nullptr;
-    double skew = std::strtod(text.c_str(), &end);
-    if (end != text.c_str() + text.size() || text.empty() ||
-        !std::isfinite(skew)) {
-      return InvalidArgumentError(
-          "workload option routing_skew={}: not a "
-          "number",
-          value);
-    }
-    c.routing_skew = skew;
-    return OkStatus();
-  }
-  if (key == "comm_stream") {
-    if (value != "0" && value != "1" && value != "true" && value != "false") {
-      return InvalidArgumentError("workload option comm_stream={}: use 0 or 1",
-                                  value);
-    }
-    c.comm_stream = value == "1" || value == "true";
-    return OkStatus();
-  }
-  return InvalidArgumentError("unknown workload option '{}'", key);
-}
-
-Status ValidateTransformerConfig(const TransformerConfig& c) {
-  if (c.layers < 1 || c.layers > 1000) {
-    return InvalidArgumentError("layers must be in [1, 1000], not {}",
-                                c.layers);
-  }
-  if (c.iterations < 1 || c.iterations > 1000) {
-    return InvalidArgumentError("iterations must be in [1, 1000], not {}",
-                                c.iterations);
-  }
-  for (auto [name, value] :
-       {std::pair<const char*, uint64_t>{"hidden", c.hidden},
-        {"heads", c.heads},
-        {"seq_len", c.seq_len},
-        {"micro_batch", c.micro_batch},
-        {"vocab", c.vocab},
-        {"ffn_hidden", c.ffn_hidden},
-        {"expert_ffn_hidden", c.expert_ffn_hidden},
-        {"dtype_bytes", c.dtype_bytes},
-        {"optimizer_shard", c.optimizer_shard}}) {
-    if (value == 0) return InvalidArgumentError("{} must be positive", name);
-  }
-  if (c.experts < 0 || c.experts > 4096) {
-    return InvalidArgumentError("experts must be in [0, 4096], not {}",
-                                c.experts);
-  }
-  if (c.experts > 0 && (c.top_k < 1 || c.top_k > c.experts)) {
-    return InvalidArgumentError("top_k must be in [1, experts={}], not {}",
-                                c.experts, c.top_k);
-  }
-  if (!(c.routing_skew >= 0.0 && c.routing_skew <= 100.0)) {
-    return InvalidArgumentError("routing_skew must be in [0, 100]");
-  }
-  const uint64_t tokens = CheckedProduct({c.seq_len, c.micro_batch});
-  const uint64_t k = c.experts > 0 ? static_cast<uint64_t>(c.top_k) : 1;
-  const uint64_t largest[] = {
-      CheckedProduct({tokens, c.vocab, 4}),
-      CheckedProduct({tokens, 3 * c.hidden, c.dtype_bytes}),
-      CheckedProduct({tokens, k, c.hidden, c.dtype_bytes}),
-      CheckedProduct({tokens, k, 2 * c.expert_ffn_hidden, c.dtype_bytes}),
-      CheckedProduct({tokens, 2 * c.ffn_hidden, c.dtype_bytes}),
-      CheckedProduct({c.vocab, c.hidden, c.dtype_bytes}),
-      CheckedProduct({3 * c.hidden, c.hidden, 4}),
-      CheckedProduct(
-          {2 * std::max(c.ffn_hidden, c.expert_ffn_hidden), c.hidden, 4}),
-      CheckedProduct({c.micro_batch, c.heads, c.seq_len, 4}),
-  };
-  for (uint64_t bytes : largest) {
-    if (bytes == 0) {
-      return InvalidArgumentError(
-          "workload tensors would exceed 2^50 bytes: reduce the sizes");
-    }
-  }
-  const uint64_t params =
-      c.layers * (6 + 2 * static_cast<uint64_t>(c.experts)) + 3;
-  const uint64_t events =
-      2 * params +
-      c.iterations * (c.layers * (80 + 24 * static_cast<uint64_t>(c.experts)) +
-                      8 * params + 60);
-  if (events > kMaxEvents) {
-    return InvalidArgumentError(
-        "the workload would have about {} events "
-        "(more than {})",
-        events, kMaxEvents);
-  }
-  return OkStatus();
-}
 
 std::vector<uint64_t> ExpertTokenCounts(const TransformerConfig& c,
                                         int iteration, int layer) {
-  LOOM_CHECK(c.experts > 0 && c.top_k >= 1 && c.top_k <= c.experts);
-  Rng rng(c.seed * 0x100000001b3ULL ^ (static_cast<uint64_t>(iteration) << 32 |
-                                       static_cast<uint64_t>(layer)));
-  const int experts = c.experts;
-  std::vector<double> popularity(experts);
-  for (double& p : popularity) p = c.routing_skew * rng.Normal();
-  std::vector<uint64_t> counts(experts, 0);
-  std::vector<double> score(experts);
-  std::vector<int> order(experts);
-  const uint64_t tokens = c.seq_len * c.micro_batch;
-  for (uint64_t t = 0; t < tokens; ++t) {
-    for (int e = 0; e < experts; ++e) score[e] = popularity[e] + rng.Gumbel();
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(
-        order.begin(), order.begin() + c.top_k, order.end(), [&](int a, int b) {
-          return score[a] != score[b] ? score[a] > score[b] : a < b;
-        });
-    for (int i = 0; i < c.top_k; ++i) ++counts[order[i]];
-  }
-  return counts;
+  LOOM_CHECK(iteration >= 0);
+  return RouteTokens(c, static_cast<uint64_t>(iteration), layer,
+                     SeqLenAt(c, iteration) * c.micro_batch);
 }
 
 StatusOr<plan::Trace> GenerateTransformerTrace(

@@ -1,5 +1,6 @@
 // Generated training traces of a transformer-like model: the built-in
-// workloads of `loom compare` and the demo (builtin:moe, builtin:dense).
+// workloads of `loom compare` / `replay` and the demo (builtin:moe,
+// builtin:dense, ...; shapes and options in transformer_config.h).
 //
 // The trace follows what PyTorch's allocator sees in a mixed-precision
 // training loop (bf16 weights and activations, fp32 sharded optimizer
@@ -16,71 +17,55 @@
 //    finally the gradients are freed.
 //  - markers: iteration begin/end, phases forward/backward/optimizer, and
 //    module enter/exit around every module in both passes; MoE modules are
-//    flagged dynamic.
+//    flagged dynamic when their sizes change (dropless routing).
+// Variable sequence length (seq_lens): each iteration's batch is padded to
+// its own length (SeqLenAt), as a data loader without packing that pads to
+// the longest sequence of the batch does; every tensor sized by the tokens
+// (activations, logits, ids, expert buffers) follows it.
 // MoE layers route each token to `top_k` distinct experts, sampled from a
 // softmax over per-(iteration, layer) expert popularities drawn with
-// standard deviation `routing_skew` (Gumbel top-k); each expert's buffers
-// are sized by the tokens it received, so they change every iteration.
-// Experts that receive no token allocate nothing. Everything is determined
-// by `seed` (own PRNG: identical on every platform).
+// standard deviation `routing_skew` (Gumbel top-k). Dropless
+// (capacity_factor 0): each expert's buffers are sized by the tokens it
+// received, so they change every iteration, and experts that receive no
+// token allocate nothing. With a capacity factor every expert's buffers are
+// padded to ExpertCapacity() rows (tokens beyond it dropped) and the
+// dispatch buffers hold experts * capacity rows: the sizes are the same
+// every iteration and for every expert, and the MoE modules are not
+// flagged dynamic.
+// Evaluation steps (eval_every > 0): after every eval_every-th training
+// iteration, between its iteration end and the next iteration's begin (as
+// the Hugging Face Trainer and Megatron evaluate between optimizer steps,
+// and as loom's plugin records it: no iteration of its own), the phase
+// marker "eval" and `eval_batches` forward passes under no_grad, each on a
+// batch padded to MaxSeqLen: ids and labels, then every layer's
+// intermediates freed as soon as the next op consumed them (nothing saved
+// for a backward pass, no gradients, no optimizer), module markers as in
+// training; each batch's loss stays until the end of the step (gathered to
+// the host then), the logits go with the batch's outputs.
+// Everything is determined by `seed` (own PRNG: identical on every
+// platform).
 //
 // Invariant: the trace passes plan::ValidateTrace; every saved tensor is
-// freed by the end of its iteration; only parameters and optimizer state
-// outlive an iteration.
+// freed by the end of its iteration and every evaluation tensor by the end
+// of its step; only parameters and optimizer state outlive an iteration.
 #ifndef LOOM_WHATIF_WORKLOADS_TRANSFORMER_H_
 #define LOOM_WHATIF_WORKLOADS_TRANSFORMER_H_
 
 #include <cstdint>
-#include <string>
-#include <string_view>
 #include <vector>
 
 #include "base/status.h"
 #include "plan/trace/trace.h"
+#include "whatif/workloads/transformer_config.h"
 
 namespace loom::whatif {
-
-struct TransformerConfig {
-  std::string name = "dense";
-  int layers = 8;
-  int iterations = 4;
-  uint64_t hidden = 2048;
-  uint64_t heads = 16;
-  uint64_t seq_len = 4096;
-  uint64_t micro_batch = 2;
-  uint64_t vocab = 32000;
-  uint64_t ffn_hidden = 5632;  // dense SwiGLU intermediate size
-  int experts = 0;             // 0: dense MLP layers
-  int top_k = 2;
-  uint64_t expert_ffn_hidden = 2816;
-  double routing_skew = 1.0;
-  uint64_t dtype_bytes = 2;      // activations and weights (bf16)
-  uint64_t optimizer_shard = 8;  // ZeRO-1: optimizer state per rank
-  bool comm_stream = false;      // MoE dispatch/combine buffers on stream 1
-  uint64_t seed = 1;
-};
-
-// The two built-in shapes: a 1.4B-parameter 8-expert top-2 MoE and a dense
-// model of the same width (both 8 layers, 8192 tokens per micro-batch).
-TransformerConfig MoeConfig();
-TransformerConfig DenseConfig();
-
-// Sets `key` (layers, iterations, hidden, heads, seq_len, micro_batch,
-// vocab, ffn_hidden, experts, top_k, expert_ffn_hidden, routing_skew,
-// optimizer_shard, comm_stream, seed) from text; INVALID_ARGUMENT names a
-// bad key or value.
-Status SetTransformerOption(TransformerConfig& config, std::string_view key,
-                            std::string_view value);
-
-// Checks the config (positive sizes, top_k <= experts, every tensor size
-// below 2^50 bytes, at most 10 million events).
-Status ValidateTransformerConfig(const TransformerConfig& config);
 
 // Generates the trace. Errors: ValidateTransformerConfig's.
 StatusOr<plan::Trace> GenerateTransformerTrace(const TransformerConfig& config);
 
-// Tokens each expert receives in (iteration, layer): what the generated
-// trace uses. Exposed for tests. REQUIRES: a valid MoE config.
+// Tokens routed to each expert in training (iteration, layer), before any
+// capacity drops them: what the generated dropless trace uses. Exposed for
+// tests. REQUIRES: a valid MoE config.
 std::vector<uint64_t> ExpertTokenCounts(const TransformerConfig& config,
                                         int iteration, int layer);
 
