@@ -8,7 +8,8 @@
 This package is the run-time plugin (enable, modes, markers, stats, the
 hand-over to PyTorch). The offline tools (snapshot import and export, plots,
 the command line) are the subpackage `loom.tools`, imported only when used
-(export_snapshot and import_snapshot below load it on first call).
+(export_snapshot, import_snapshot and record_cpu below load it on first
+call).
 
 The package imports torch lazily (only loom.enable() with the CUDA backend
 and loom.pool() need it): everything else (trace import, analysis,
@@ -39,7 +40,7 @@ __all__ = [
     "watch", "begin_iteration", "end_iteration", "module_enter",
     "module_exit", "memory_stats", "reset_peak_memory_stats",
     "memory_summary", "export_snapshot", "import_snapshot", "hf_callback",
-    "megatron_forward_step",
+    "megatron_forward_step", "record_cpu",
 ]
 
 
@@ -66,6 +67,24 @@ def pool(device=None, **options):
                         "taken on first use only")
     with _torch.pool(session, device) as mem_pool:
         yield mem_pool
+
+
+def record_cpu(path=None, **options):
+    """Records a training step run on the CPU as the loom trace of the
+    requests PyTorch's CUDA caching allocator would receive: a context
+    manager (loom.tools.record_cpu.Recorder; needs torch, no GPU).
+
+        with loom.record_cpu("step.ltb", model=model, optimizer=opt):
+            for batch in batches:     # a few iterations
+                ...                   # forward, backward, opt.step()
+
+    `model` and `optimizer` give the set-up tensors and the iteration,
+    phase and module markers (MoE blocks flagged dynamic); see
+    docs/plugin.md, "Recording on the CPU", for the options and for what
+    a CPU recording cannot see. Loads loom.tools on first call."""
+    # pylint: disable-next=import-outside-toplevel
+    from loom.tools import record_cpu as _record_cpu
+    return _record_cpu.Recorder(path, **options)
 
 
 def import_snapshot(path, device=None):

@@ -105,7 +105,9 @@ def test_the_package_is_split_into_runtime_and_tools():
         "loom.tools.demo", "loom.tools.forward", "loom.tools.snapshot",
         "loom.tools.snapshot_cli", "loom.tools.snapshot_export",
         "loom.tools.snapshot_import", "loom.tools.trace",
-        "loom.tools.whatif", "loom.tools.workdir_cli"}
+        "loom.tools.whatif", "loom.tools.workdir_cli",
+        "loom.tools.record_cpu", "loom.tools.record_cpu_cli",
+        "loom.tools.cpu_models", "loom.tools.cpu_autocast"}
 
 
 def test_no_import_circle():
@@ -131,9 +133,10 @@ def test_the_cycle_finder_finds_cycles():
 def test_the_runtime_never_imports_the_tools_but_lazily():
     for module in RUNTIME:
         tools = {m for m in GRAPH[module] if m.startswith("loom.tools")}
-        if module == "loom":  # export_snapshot / import_snapshot, lazily
+        if module == "loom":  # export/import_snapshot, record_cpu, lazily
             assert tools == {"loom.tools.snapshot_export",
-                             "loom.tools.snapshot_import"}
+                             "loom.tools.snapshot_import",
+                             "loom.tools.record_cpu"}
         elif module == "loom.__main__":
             assert tools == {"loom.tools.cli"}
         else:

@@ -9,10 +9,17 @@
   compare_plot     `loom compare --plot`
   demo, whatif     `loom demo`, `loom what-if`
   workdir_cli      `loom files`
+  record_cpu       a training step on the CPU -> the trace of the CUDA
+                   allocator's requests (`loom.record_cpu`)
+  cpu_autocast     CUDA's autocast policy on CPU autocast, while recording
+  cpu_models       models by name (transformers configs), their training
+                   steps and Megatron's pipeline orders
+  record_cpu_cli   `loom record-cpu`
   forward          running loom_tool for the subcommands forwarded to it
   cli              the command line (`python3 -m loom`, `./loom`)
 
 The run-time plugin (`import loom`) never imports this subpackage; loom's
-export_snapshot and import_snapshot load it on first call. Nothing here
-imports torch.
+export_snapshot, import_snapshot and record_cpu load it on first call.
+Importing any module here does not import torch (the CPU recorder imports
+torch and transformers when it runs).
 """

@@ -37,6 +37,8 @@ PYTHON_COMMANDS = {
                         "loom.tools.snapshot_cli", "run_export"),
     "files": ("traces, plans and plan-sharing ranks of a work directory",
               "loom.tools.workdir_cli", "run_files"),
+    "record-cpu": ("a model's training steps on the CPU -> loom trace",
+                   "loom.tools.record_cpu_cli", "main"),
 }
 
 # Forwarded to loom_tool after the front end handled options of its own.

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Regenerates the traces of bench/data/recorded/ with `./loom record-cpu`
+# (README.md says what each one is). Run from anywhere; the traces are
+# written with paths relative to the repository root, so each trace's
+# provenance (its exact command) is the same wherever it is made.
+#
+#   bench/data/recorded/regenerate.sh               all traces, on the CPU
+#   bench/data/recorded/regenerate.sh NAME...       only these (file names)
+#   bench/data/recorded/regenerate.sh --device cuda --out DIR [NAME...]
+#                 the same steps on a GPU, recorded by loom (record mode),
+#                 into DIR: the references compare_gpu.py measures the CPU
+#                 recordings against
+#
+# The recordings are deterministic: the same torch and transformers
+# versions give the same files, byte for byte (the provenance names the
+# versions).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+cd "$ROOT"
+OUT=bench/data/recorded
+DEVICE=cpu
+
+# name | arguments of ./loom record-cpu
+TRACES=(
+  "llama_plain.ltb|--model llama --dtype bf16 --steps 6"
+  "llama_recompute.ltb|--model llama --dtype bf16 --steps 6 --recompute"
+  "llama_1f1b_rank0.ltb|--model llama --dtype bf16 --steps 6 --set num_hidden_layers=8 --schedule 1f1b --stages 4 --microbatches 8"
+  "llama_1f1b_rank3.ltb|--model llama --dtype bf16 --steps 6 --set num_hidden_layers=8 --schedule 1f1b --stages 4 --microbatches 8 --rank 3"
+  "llama_interleaved.ltb|--model llama --dtype bf16 --steps 6 --set num_hidden_layers=8 --schedule interleaved:2 --stages 2 --microbatches 4"
+  "llama_interleaved_recompute.ltb|--model llama --dtype bf16 --steps 6 --set num_hidden_layers=8 --schedule interleaved:2 --stages 2 --microbatches 4 --recompute"
+  "mixtral_plain.ltb|--model mixtral --dtype bf16 --steps 6 --experts eager"
+  "mixtral_recompute.ltb|--model mixtral --dtype bf16 --steps 6 --experts eager --recompute"
+  "qwen3_moe_plain.ltb|--model qwen3_moe --dtype bf16 --steps 6"
+  "qwen3_moe_interleaved.ltb|--model qwen3_moe --dtype bf16 --steps 6 --experts eager --set num_hidden_layers=8 --schedule interleaved:2 --stages 2 --microbatches 4"
+  "deepseek_v3_plain.ltb|--model deepseek_v3 --dtype bf16 --steps 6 --experts eager"
+)
+
+names=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --device) DEVICE="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) names+=("$1"); shift ;;
+  esac
+done
+mkdir -p "$OUT"
+
+for entry in "${TRACES[@]}"; do
+  name="${entry%%|*}"
+  args="${entry#*|}"
+  if [[ ${#names[@]} -gt 0 && " ${names[*]} " != *" $name "* ]]; then
+    continue
+  fi
+  extra=()
+  if [[ "$DEVICE" != cpu ]]; then extra=(--device "$DEVICE"); fi
+  # shellcheck disable=SC2086
+  ./loom record-cpu $args "${extra[@]}" -o "$OUT/$name"
+done

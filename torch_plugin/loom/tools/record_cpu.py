@@ -1,0 +1,843 @@
+"""Recording a training step on the CPU as a loom trace: the requests
+PyTorch's CUDA caching allocator would receive, without a GPU.
+
+    import loom
+    with loom.record_cpu("step.ltb", model=model, optimizer=optimizer):
+        for batch in batches:                 # a few iterations
+            loss = model(**batch).loss        # marks iteration + "forward"
+            loss.backward()                   # "backward"
+            optimizer.step()                  # "optimizer", iteration ends
+            optimizer.zero_grad()
+
+How the requests are seen. A `TorchDispatchMode` sees the outputs of every
+aten operation that runs while recording, forward and backward alike (on
+the CPU, autograd runs the backward on the calling thread, and the mode is
+part of the thread-local state it carries). A storage the recorder has not
+seen before, which is not one of the operation's inputs, is a new
+allocation of `untyped_storage().nbytes()` bytes: the exact request (the
+512 B rounding is the allocator's, applied by loom and the simulators).
+Views share their storage and allocate nothing. PyTorch keeps one Python
+object per storage for as long as the storage lives, so a weak reference
+to it calls back when the storage dies: that is the free, at the exact
+point of the program where the last reference went (CPython frees at once;
+only objects in reference cycles wait for the cycle collector; frees with
+nothing between them are written in request order). A storage
+whose size changes (`resize_`) is a new request followed by the free of
+the old one, as on CUDA. Storages alive before recording starts are
+set-up allocations, recorded at the start: the parameters, gradients and
+buffers of `model`, the state of `optimizer`, and `tensors`.
+
+Markers. Iterations, phases and modules, as loom's own markers put them in
+a GPU recording (docs/plugin.md): with `model=`, its forward begins an
+iteration when none is open and marks "forward", the gradient of its output
+marks "backward"; with `optimizer=`, `step()` marks "optimizer" and ends
+the iteration (the next one begins at the next forward, phase, module or
+allocation). Every module's forward is a module enter/exit (its qualified
+name; the root is named by its class); modules whose class name matches
+DYNAMIC_CLASSES (MoE blocks and experts) or a `dynamic=` pattern are
+flagged dynamic and also marked around their backward. The markers can be
+given by hand: `rec.begin_iteration()`, `rec.end_iteration()`,
+`rec.step()`, `rec.phase(name)`, `rec.module_enter(name, dynamic)`,
+`rec.module_exit(name)`. Everything is on stream 0, device 0.
+
+Host memory. A CUDA run keeps some tensors on the host: the `step` counts
+of torch.optim optimizers (unless capturable or fused) and the scalar
+foreach AdamW adds to them. Tensors created from Python data
+(`torch.tensor(...)`) inside a watched torch.optim optimizer's step are
+therefore not recorded; `with rec.host():` excludes anything else (e.g.
+data loading that a CUDA run does on the host).
+
+Mixed precision. Under `torch.autocast("cpu", dtype=torch.bfloat16)` the
+recorder applies CUDA's autocast policy instead of the CPU's (see
+loom.tools.cpu_autocast), so tensors get the dtypes, hence the sizes, they
+would have on CUDA. `cuda_autocast=False` keeps the CPU's policy.
+
+What the recorder cannot see (docs/plugin.md, "Recording on the CPU"):
+memory a CUDA kernel or library allocates for itself through the caching
+allocator (cuBLAS/cuBLASLt workspaces, attention backward workspaces, CUB
+temporaries of sort/topk/nonzero/unique, split reductions, embedding
+backward), operations whose CUDA implementation returns different tensors
+than the CPU's (the fused attention kernels' auxiliary outputs), and
+anything the code does differently on CUDA (`if x.is_cuda`, other kernels
+chosen, CUDA graphs, NCCL buffers).
+
+Traces are written by libloom (loom.tools.trace.write_trace): text for a
+`.ltt` name, binary otherwise. torch is imported only when a recorder
+starts, so importing this module does not import it.
+"""
+
+import fnmatch
+import re
+import threading
+import weakref
+
+from loom.errors import LoomError
+from loom.tools import trace as loom_trace
+from loom.tools.trace import Event
+
+# Class names of modules recorded as dynamic (their requests change size or
+# presence with the routing): MoE blocks and their experts in transformers
+# (MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock, Qwen3MoeExperts,
+# OlmoeSparseMoeBlock, DeepseekV3MoE, GptOssExperts, ...). A regular
+# expression searched in the class name, case-sensitive ("Qwen2MoeAttention"
+# does not match).
+DYNAMIC_CLASSES = r"Experts|SparseMoe|MoE|Moe$"
+
+_MODE_CLASS = None
+
+
+def _mode_class():
+    """The TorchDispatchMode subclass (built on first use: torch is
+    imported only when a recorder starts)."""
+    global _MODE_CLASS  # pylint: disable=global-statement
+    if _MODE_CLASS is None:
+        # pylint: disable-next=import-outside-toplevel
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class AllocationMode(TorchDispatchMode):
+            """Hands every operation's result to the recorder."""
+
+            def __init__(self, recorder):
+                super().__init__()
+                self.recorder = recorder
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                self.recorder._after(func, args, kwargs, out)
+                return out
+
+        _MODE_CLASS = AllocationMode
+    return _MODE_CLASS
+
+
+class _Storage:
+    """What the recorder knows of one live storage."""
+    __slots__ = ("request", "nbytes", "ref", "host")
+
+    def __init__(self, request, nbytes, host):
+        self.request = request  # the live request id, None if not recorded
+        self.nbytes = nbytes
+        self.ref = None
+        self.host = host        # host memory: never recorded
+
+
+def _matcher(pattern):
+    if hasattr(pattern, "search") and hasattr(pattern, "pattern"):
+        return pattern.search
+    if not isinstance(pattern, str) or not pattern:
+        raise LoomError(f"record_cpu: dynamic patterns are strings (fnmatch "
+                        f"or 're:<regex>') or compiled regexes, got "
+                        f"{pattern!r}")
+    if pattern.startswith("re:"):
+        try:
+            return re.compile(pattern[3:]).search
+        except re.error as error:
+            raise LoomError(f"record_cpu: bad regex {pattern[3:]!r}: "
+                            f"{error}") from None
+    return lambda name: fnmatch.fnmatchcase(name, pattern)
+
+
+def _first_grad_tensor(value, depth=0):
+    """The first tensor in `value` (a tensor or nested tuples, lists, dicts
+    and model outputs) that requires grad, or None."""
+    if hasattr(value, "register_hook") and getattr(value, "requires_grad",
+                                                   False):
+        return value
+    if depth >= 4 or hasattr(value, "register_hook"):
+        return None
+    if isinstance(value, (list, tuple)):
+        items = value
+    elif isinstance(value, dict) or callable(getattr(value, "values", None)):
+        items = value.values()
+    else:
+        return None
+    for item in items:
+        found = _first_grad_tensor(item, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def module_names(model):
+    """(qualified name, module) of every module of `model`; the root is
+    named by its class (a trace name cannot be empty in practice)."""
+    return [(name or type(module).__name__, module)
+            for name, module in model.named_modules()]
+
+
+def dynamic_modules(model, dynamic=(), dynamic_classes=DYNAMIC_CLASSES):
+    """The qualified names of the modules of `model` recorded as dynamic:
+    class name matching `dynamic_classes` (a regex, searched; None or ""
+    for none), or qualified name or class name matching one of `dynamic`
+    (fnmatch, "re:<regex>" or compiled regexes). A pattern of `dynamic`
+    that matches no module is a LoomError."""
+    if isinstance(dynamic, str) or hasattr(dynamic, "search"):
+        dynamic = [dynamic]
+    matchers = [(p, _matcher(p)) for p in dynamic or ()]
+    by_class = re.compile(dynamic_classes).search if dynamic_classes else None
+    named = module_names(model)
+    found = []
+    used = set()
+    for name, module in named:
+        cls = type(module).__name__
+        hit = bool(by_class and by_class(cls))
+        for pattern, match in matchers:
+            if match(name) or match(cls):
+                used.add(id(pattern))
+                hit = True
+        if hit:
+            found.append(name)
+    unused = [p for p, _ in matchers if id(p) not in used]
+    if unused:
+        example = ", ".join(repr(n) for n, _ in named[1:4])
+        raise LoomError(f"record_cpu: dynamic pattern {unused[0]!r} matches "
+                        f"no module of the model (names look like {example})")
+    return found
+
+
+def hook_modules(model, sink, dynamic=(), dynamic_classes=DYNAMIC_CLASSES,
+                 modules=True):
+    """Forward hooks on the modules of `model` that send module markers to
+    `sink` (module_enter(name, dynamic), module_exit(name)): every module
+    (`modules=False`: the dynamic ones only) around its forward; the
+    dynamic ones (see dynamic_modules) also around their backward, entered
+    when the gradient of their output arrives and left when the gradient of
+    their input is complete (tensor hooks: nothing is added to the autograd
+    graph). Returns (dynamic module names, list of hook removers)."""
+    found = dynamic_modules(model, dynamic, dynamic_classes)
+    flagged = set(found)
+    removers = []
+    for name, module in module_names(model):
+        is_dynamic = name in flagged
+        if not (modules or is_dynamic):
+            continue
+
+        def pre(_module, args, name=name, is_dynamic=is_dynamic):
+            sink.module_enter(name, is_dynamic)
+            if is_dynamic:
+                tensor = _first_grad_tensor(args)
+                if tensor is not None:
+                    tensor.register_hook(lambda _g: sink.module_exit(name))
+
+        def post(_module, args, output, name=name, is_dynamic=is_dynamic):
+            sink.module_exit(name)
+            if is_dynamic and _first_grad_tensor(args) is not None:
+                tensor = _first_grad_tensor(output)
+                if tensor is not None:
+                    tensor.register_hook(
+                        lambda _g: sink.module_enter(name, True))
+
+        removers.append(module.register_forward_pre_hook(pre).remove)
+        removers.append(module.register_forward_hook(post).remove)
+    return found, removers
+
+
+class Recorder:
+    """Records the CUDA allocator's requests of the PyTorch code run while
+    it is active, on the CPU. A context manager (`loom.record_cpu(...)`);
+    `start()` / `stop()` do the same by hand. See the module docstring.
+
+    path          trace file written when the `with` block ends without an
+                  exception (text for .ltt, binary otherwise); None: write
+                  nothing (use `.trace` or `write(path)`)
+    model         a torch.nn.Module: its tensors are set-up allocations,
+                  its forward marks iterations and phases, every module is
+                  marked (`modules=False`: only the dynamic ones)
+    optimizer     a torch.optim.Optimizer: its state is set-up, its step
+                  marks "optimizer" and ends the iteration
+    dynamic       extra dynamic modules: patterns on qualified or class
+                  names (fnmatch, "re:<regex>")
+    dynamic_classes  the regex of dynamic class names (DYNAMIC_CLASSES)
+    tensors       more tensors (or modules) alive before recording starts
+    cuda_autocast apply CUDA's autocast policy under CPU autocast (True)
+    provenance    the trace header's provenance text
+    """
+
+    def __init__(self, path=None, *, model=None, optimizer=None, dynamic=(),
+                 dynamic_classes=DYNAMIC_CLASSES, modules=True, tensors=(),
+                 cuda_autocast=True, provenance=None):
+        self.path = path
+        self.model = model
+        self.optimizer = optimizer
+        self.dynamic = dynamic
+        self.dynamic_classes = dynamic_classes
+        self.modules = modules
+        self.tensors = tensors
+        self.cuda_autocast = cuda_autocast
+        self.provenance = provenance
+        self.events = []
+        self.dynamic_modules = []
+        self._lock = threading.RLock()
+        self._live = {}           # storage key -> _Storage
+        self._next_request = 1
+        self._next_iteration = 0
+        self._iteration = None    # the open iteration's number
+        self._pending = False     # begin an iteration at the next event
+        self._stack = []          # open modules, innermost last
+        self._host = 0            # depth of rec.host() blocks
+        self._host_fresh = 0      # depth of optimizer steps (see host())
+        self._recording = False
+        self._started = False
+        self._mode = None
+        self._policy = None
+        self._removers = []
+        self._torch = None
+        self._lift_ops = ()
+        self.live_bytes = 0
+        self.peak_live_bytes = 0
+        self.setup_bytes = 0
+
+    # ------------------------------------------------------------ life cycle
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        self.stop()
+        if kind is None and self.path is not None:
+            self.write(self.path)
+        return False
+
+    def start(self):
+        """Starts recording: set-up tensors first, then every operation."""
+        if self._started:
+            raise LoomError("record_cpu: a recorder records once (make a "
+                            "new one)")
+        try:
+            import torch  # pylint: disable=import-outside-toplevel
+        except ImportError:
+            raise LoomError("record_cpu needs PyTorch (run ./loom setup, or "
+                            "pip install torch)") from None
+        self._torch = torch
+        self._lift_ops = (torch.ops.aten.lift_fresh.default,
+                          torch.ops.aten.lift_fresh_copy.default)
+        self._started = True
+        self._recording = True
+        try:
+            if self.model is not None:
+                self.watch(self.model, self.dynamic, self.modules)
+            if self.optimizer is not None:
+                self.watch_optimizer(self.optimizer)
+            self.track(self.model, self.optimizer, *self._as_list(
+                self.tensors))
+            self.setup_bytes = self.live_bytes
+            # With a watched model or optimizer the first iteration begins
+            # as the later ones do: at the first event after the set-up
+            # (the batch made before the forward belongs to it).
+            self._pending = self.model is not None or \
+                self.optimizer is not None
+            if self.cuda_autocast:
+                # pylint: disable-next=import-outside-toplevel
+                from loom.tools import cpu_autocast
+                self._policy = cpu_autocast.install()
+            self._mode = _mode_class()(self)
+            self._mode.__enter__()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self):
+        """Stops recording: hooks off, open modules closed, an open
+        iteration that recorded something ended (one that did not is
+        dropped). Later frees are not recorded (request_of still answers
+        for storages alive then)."""
+        if not self._recording:
+            return
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        if self._policy is not None:
+            self._policy.remove()
+            self._policy = None
+        while self._removers:
+            self._removers.pop()()
+        with self._lock:
+            self._close_modules()
+            if self._iteration is not None:
+                if self.events and self.events[-1].kind == \
+                        loom_trace.ITER_BEGIN:
+                    self.events.pop()
+                    self._next_iteration -= 1
+                else:
+                    self.events.append(Event(loom_trace.ITER_END,
+                                             id=self._iteration))
+                self._iteration = None
+            self._pending = False
+            self._recording = False
+            self.events = canonical_frees(self.events)
+
+    @property
+    def recording(self):
+        return self._recording
+
+    @property
+    def trace(self):
+        """The recorded trace (so far) as a loom.tools.trace.Trace."""
+        with self._lock:
+            return loom_trace.Trace(device=0, granularity=0,
+                                    provenance=self._provenance(),
+                                    events=canonical_frees(self.events))
+
+    def write(self, path):
+        """Writes the trace (libloom checks it first; TraceError)."""
+        loom_trace.write_trace(self.trace, path)
+
+    def _provenance(self):
+        if self.provenance is not None:
+            return self.provenance
+        versions = f"torch {self._torch.__version__}" if self._torch else ""
+        return (f"loom.record_cpu: a training step recorded on the CPU "
+                f"(requests as PyTorch's CUDA caching allocator would get "
+                f"them); {versions}")
+
+    def request_of(self, tensor):
+        """The live request id of `tensor`'s storage (None when it is not
+        recorded: host memory, empty, or made before recording and not
+        tracked)."""
+        try:
+            # pylint: disable-next=protected-access
+            key = tensor.untyped_storage()._cdata
+        except (RuntimeError, NotImplementedError):
+            return None
+        with self._lock:
+            entry = self._live.get(key)
+            return None if entry is None else entry.request
+
+    # ---------------------------------------------------------------- set-up
+
+    @staticmethod
+    def _as_list(value):
+        if value is None:
+            return []
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        return [value]
+
+    def track(self, *objects):
+        """Records the storages of tensors that exist already (modules:
+        parameters, their gradients and buffers; optimizers: their state;
+        tensors; lists of those) as allocations now, unless known."""
+        torch = self._torch
+        for obj in objects:
+            if obj is None:
+                continue
+            if isinstance(obj, torch.Tensor):
+                self._track_tensor(obj)
+            elif isinstance(obj, torch.nn.Module):
+                for param in obj.parameters():
+                    self._track_tensor(param)
+                for param in obj.parameters():
+                    if param.grad is not None:
+                        self._track_tensor(param.grad)
+                for buffer in obj.buffers():
+                    self._track_tensor(buffer)
+            elif hasattr(obj, "state") and hasattr(obj, "param_groups"):
+                host_steps = self._steps_on_host(obj)
+                for state in obj.state.values():
+                    for key, value in state.items():
+                        if isinstance(value, torch.Tensor):
+                            self._track_tensor(
+                                value, host=host_steps and key == "step")
+            elif isinstance(obj, (list, tuple)):
+                self.track(*obj)
+            elif isinstance(obj, dict):
+                self.track(*obj.values())
+            else:
+                raise LoomError(f"record_cpu: cannot track a "
+                                f"{type(obj).__name__} (tensors, modules, "
+                                f"optimizers, or lists of them)")
+
+    def _track_tensor(self, tensor, host=False):
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        key = storage._cdata  # pylint: disable=protected-access
+        with self._lock:
+            if key not in self._live:
+                self._new_storage(storage, key, host)
+
+    # ------------------------------------------------------------- requests
+
+    def _after(self, func, args, kwargs, out):
+        """Called by the mode after each operation with its result."""
+        tensor_type = self._torch.Tensor
+        if isinstance(out, tensor_type):
+            outs = (out,)
+        elif isinstance(out, (tuple, list)):
+            outs = [o for o in self._leaves(out) if isinstance(o,
+                                                               tensor_type)]
+            if not outs:
+                return
+        else:
+            return
+        inputs = None
+        fresh = self._host_fresh and func in self._lift_ops
+        for tensor in outs:
+            try:
+                storage = tensor.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue  # sparse and other storage-less layouts
+            key = storage._cdata  # pylint: disable=protected-access
+            with self._lock:
+                known = self._live.get(key)
+                if known is not None:
+                    nbytes = storage.nbytes()
+                    if nbytes != known.nbytes:
+                        self._resized(known, nbytes)
+                    continue
+                if inputs is None:
+                    inputs = self._input_keys(args, kwargs)
+                # An unknown input storage existed before: not a request
+                # (but followed, so that a resize of it is one).
+                self._new_storage(storage, key, fresh, record=key not in
+                                  inputs)
+
+    @staticmethod
+    def _leaves(value):
+        for item in value:
+            if isinstance(item, (tuple, list)):
+                yield from Recorder._leaves(item)
+            else:
+                yield item
+
+    def _input_keys(self, args, kwargs):
+        keys = set()
+        tensor_type = self._torch.Tensor
+        values = list(self._leaves(args))
+        if kwargs:
+            values += list(self._leaves(list(kwargs.values())))
+        for value in values:
+            if isinstance(value, tensor_type):
+                try:
+                    # pylint: disable-next=protected-access
+                    keys.add(value.untyped_storage()._cdata)
+                except (RuntimeError, NotImplementedError):
+                    pass
+        return keys
+
+    def _new_storage(self, storage, key, host=False, record=True):
+        nbytes = storage.nbytes()
+        entry = _Storage(None, nbytes, host or self._host > 0)
+        if record and nbytes and not entry.host and self._recording:
+            entry.request = self._alloc(nbytes)
+        recorder_ref = weakref.ref(self)
+
+        def dead(_ref, key=key):
+            recorder = recorder_ref()
+            if recorder is not None:
+                recorder._dead(key)
+
+        entry.ref = weakref.ref(storage, dead)
+        self._live[key] = entry
+
+    def _alloc(self, nbytes):
+        self._ensure_iteration()
+        request = self._next_request
+        self._next_request += 1
+        self.events.append(Event(loom_trace.ALLOC, id=request, size=nbytes))
+        self.live_bytes += nbytes
+        if self.live_bytes > self.peak_live_bytes:
+            self.peak_live_bytes = self.live_bytes
+        return request
+
+    def _free(self, request, nbytes):
+        self.events.append(Event(loom_trace.FREE, id=request))
+        self.live_bytes -= nbytes
+
+    def _resized(self, entry, nbytes):
+        """A storage changed size: on CUDA a new block, then the old freed."""
+        old, old_bytes = entry.request, entry.nbytes
+        entry.nbytes = nbytes
+        if entry.host or not self._recording:
+            return
+        entry.request = self._alloc(nbytes) if nbytes else None
+        if old is not None:
+            self._free(old, old_bytes)
+
+    def _dead(self, key):
+        with self._lock:
+            entry = self._live.pop(key, None)
+            if entry is not None and entry.request is not None and \
+                    self._recording:
+                self._free(entry.request, entry.nbytes)
+
+    # --------------------------------------------------------------- markers
+
+    def _emit(self, event):
+        self._ensure_iteration()
+        self.events.append(event)
+
+    def _ensure_iteration(self):
+        if self._pending:
+            self._pending = False
+            self._begin()
+
+    def _begin(self):
+        if self._iteration is None:
+            self._iteration = self._next_iteration
+            self._next_iteration += 1
+            self.events.append(Event(loom_trace.ITER_BEGIN,
+                                     id=self._iteration))
+
+    def _close_modules(self):
+        while self._stack:
+            self.events.append(Event(loom_trace.MODULE_EXIT,
+                                     name=self._stack.pop()))
+
+    def begin_iteration(self):
+        """Begins an iteration unless one is open."""
+        with self._lock:
+            if self._recording:
+                self._pending = False
+                self._begin()
+
+    def end_iteration(self):
+        """Ends the open iteration (open modules are closed first)."""
+        with self._lock:
+            self._pending = False
+            if self._recording and self._iteration is not None:
+                self._close_modules()
+                self.events.append(Event(loom_trace.ITER_END,
+                                         id=self._iteration))
+                self._iteration = None
+
+    def step(self):
+        """Ends the iteration; the next begins with the next forward,
+        phase, module or allocation (frees alone do not begin one)."""
+        with self._lock:
+            self.end_iteration()
+            self._pending = self._recording
+
+    def phase(self, name):
+        """Marks the start of phase `name` (forward, backward, optimizer,
+        eval, or any name)."""
+        if not isinstance(name, str) or not name:
+            raise LoomError(f"record_cpu: a phase needs a non-empty name, "
+                            f"got {name!r}")
+        with self._lock:
+            if self._recording:
+                self._emit(Event(loom_trace.PHASE, name=name))
+
+    def module_enter(self, name, dynamic=False):
+        with self._lock:
+            if self._recording:
+                self._emit(Event(loom_trace.MODULE_ENTER, name=name,
+                                 dynamic=bool(dynamic)))
+                self._stack.append(name)
+
+    def module_exit(self, name):
+        """Leaves module `name`, closing the modules opened inside it; an
+        exit of a module that is not open is dropped."""
+        with self._lock:
+            if not self._recording or name not in self._stack:
+                return
+            while self._stack:
+                inner = self._stack.pop()
+                self.events.append(Event(loom_trace.MODULE_EXIT, name=inner))
+                if inner == name:
+                    break
+
+    class _HostBlock:
+        def __init__(self, recorder):
+            self.recorder = recorder
+
+        def __enter__(self):
+            with self.recorder._lock:
+                self.recorder._host += 1
+
+        def __exit__(self, *_):
+            with self.recorder._lock:
+                self.recorder._host -= 1
+
+    def host(self):
+        """`with rec.host():` tensors created inside are host memory on
+        CUDA too: not recorded (nor their frees)."""
+        return self._HostBlock(self)
+
+    # ----------------------------------------------------------------- hooks
+
+    def watch(self, model, dynamic=(), modules=True):
+        """Marks iterations and phases from `model`'s forward and its
+        output's gradient, and its modules (`watch_modules`)."""
+
+        def root_pre(module, _args):
+            if getattr(module, "training", True):
+                self.begin_iteration()
+                self.phase("forward")
+            else:
+                self.phase("eval")
+
+        def root_post(module, _args, output):
+            if getattr(module, "training", True):
+                tensor = _first_grad_tensor(output)
+                if tensor is not None:
+                    tensor.register_hook(lambda _g: self.phase("backward"))
+
+        names = self.watch_modules(model, dynamic, modules)
+        # After watch_modules: the root's module enter follows the phase.
+        self._removers.append(
+            model.register_forward_pre_hook(root_pre, prepend=True).remove)
+        self._removers.append(model.register_forward_hook(root_post).remove)
+        return names
+
+    def watch_modules(self, model, dynamic=(), modules=True):
+        """Module enter/exit markers around the forward of every module of
+        `model` (`modules=False`: of the dynamic ones only), and around the
+        backward of the dynamic ones. Returns the dynamic modules' names."""
+        found, removers = hook_modules(model, self, dynamic,
+                                       self.dynamic_classes, modules)
+        self.dynamic_modules.extend(found)
+        self._removers.extend(removers)
+        return found
+
+    @staticmethod
+    def _steps_on_host(optimizer):
+        """torch.optim keeps `step` on the host unless capturable or fused."""
+        if not type(optimizer).__module__.startswith("torch.optim"):
+            return False
+        return not any(group.get("capturable") or group.get("fused")
+                       for group in optimizer.param_groups)
+
+    def watch_optimizer(self, optimizer):
+        """`optimizer.step()` marks "optimizer" and ends the iteration."""
+        host_steps = self._steps_on_host(optimizer)
+
+        def pre(*_):
+            self.phase("optimizer")
+            if host_steps:
+                with self._lock:
+                    self._host_fresh += 1
+
+        def post(*_):
+            if host_steps:
+                with self._lock:
+                    self._host_fresh -= 1
+            self.step()
+
+        if not hasattr(optimizer, "register_step_pre_hook"):
+            raise LoomError("record_cpu: the optimizer has no step hooks "
+                            "(register_step_pre_hook); mark iterations with "
+                            "rec.step() instead")
+        self._removers.append(optimizer.register_step_pre_hook(pre).remove)
+        self._removers.append(optimizer.register_step_post_hook(post).remove)
+
+    # ----------------------------------------------------------------- stats
+
+    def summary(self):
+        """Counts of the trace so far: requests, frees, iterations, peak and
+        set-up live bytes, and requests per complete iteration."""
+        with self._lock:
+            events = list(self.events)
+        return summarize(events, self.peak_live_bytes, self.setup_bytes)
+
+
+def canonical_frees(events):
+    """`events` with each run of consecutive frees in request order. Frees
+    with nothing between them happen at one point of the program (a
+    container dropped at once, such as the recomputed tensors of a
+    checkpointed layer), in an order Python picks (hashes of objects, which
+    change from run to run); no allocator can tell the orders apart, since
+    nothing is allocated between them. In request order, the same step
+    gives the same trace."""
+    result = []
+    run = []
+    for event in events:
+        if event.kind == loom_trace.FREE:
+            run.append(event)
+            continue
+        if run:
+            run.sort(key=lambda e: e.id)
+            result += run
+            run = []
+        result.append(event)
+    run.sort(key=lambda e: e.id)
+    return result + run
+
+
+def summarize(events, peak=None, setup=None):
+    """Counts of a list of events (see Recorder.summary)."""
+    allocs = frees = 0
+    per_iteration = []
+    current = None
+    live = top = 0
+    sizes = {}
+    for event in events:
+        kind = event.kind
+        if kind == loom_trace.ALLOC:
+            allocs += 1
+            sizes[event.id] = event.size
+            live += event.size
+            top = max(top, live)
+            if current is not None:
+                current += 1
+        elif kind == loom_trace.FREE:
+            frees += 1
+            live -= sizes.pop(event.id, 0)
+        elif kind == loom_trace.ITER_BEGIN:
+            current = 0
+        elif kind == loom_trace.ITER_END and current is not None:
+            per_iteration.append(current)
+            current = None
+    return {"requests": allocs, "frees": frees,
+            "iterations": len(per_iteration),
+            "requests_per_iteration": per_iteration,
+            "peak_live_bytes": top if peak is None else peak,
+            "setup_bytes": setup, "events": len(events)}
+
+
+def record_cpu(path=None, **options):
+    """A Recorder (a context manager): see Recorder and the module
+    docstring. `loom.record_cpu` is this function."""
+    return Recorder(path, **options)
+
+
+def compare_traces(cpu, gpu, skip=1):
+    """How a CPU recording differs from a GPU trace of the same step: for
+    each trace, requests and requested bytes per complete iteration (from
+    iteration `skip` on: iteration 0 holds the optimizer's lazy state, and
+    a GPU recording's also the set-up), peak live bytes, and the sizes of
+    the steady iterations' requests only one side made (a multiset
+    difference; the GPU's extra sizes are what the CPU cannot see).
+    `cpu`, `gpu`: Trace objects or trace files."""
+    traces = [loom_trace.read_trace(t) if not isinstance(
+        t, loom_trace.Trace) else t for t in (cpu, gpu)]
+    sides = []
+    for trace in traces:
+        iterations = []
+        current = None
+        for event in trace.events:
+            if event.kind == loom_trace.ITER_BEGIN:
+                current = []
+            elif event.kind == loom_trace.ITER_END and current is not None:
+                iterations.append(current)
+                current = None
+            elif event.kind == loom_trace.ALLOC and current is not None:
+                current.append(event.size)
+        steady = iterations[skip:]
+        info = summarize(trace.events)
+        sides.append({
+            "requests_per_iteration": [len(i) for i in steady],
+            "bytes_per_iteration": [sum(i) for i in steady],
+            "peak_live_bytes": info["peak_live_bytes"],
+            "requests": info["requests"],
+            "sizes": [size for i in steady for size in i],
+            "iterations": len(steady)})
+    cpu_side, gpu_side = sides
+    only = []
+    for mine, theirs in ((cpu_side, gpu_side), (gpu_side, cpu_side)):
+        counts = {}
+        for size in mine["sizes"]:
+            counts[size] = counts.get(size, 0) + 1
+        for size in theirs["sizes"]:
+            if counts.get(size):
+                counts[size] -= 1
+        per = max(1, mine["iterations"])
+        only.append(sorted(((size, n / per) for size, n in counts.items()
+                            if n), key=lambda x: -x[0] * x[1]))
+    for side in sides:
+        del side["sizes"]
+    return {"cpu": cpu_side, "gpu": gpu_side,
+            "cpu_only_sizes": only[0], "gpu_only_sizes": only[1]}

@@ -1,0 +1,333 @@
+"""`loom record-cpu`: a model by name, a few training steps on the CPU,
+recorded as a loom trace (loom.tools.record_cpu, loom.tools.cpu_models).
+
+  loom record-cpu --model TYPE [--set key=value,...] [--steps N]
+                  [--batch B] [--seq S] [--recompute]
+                  [--schedule plain|1f1b|interleaved:CHUNKS]
+                  [--stages P] [--rank R] [--microbatches M]
+                  [--dtype fp32|bf16|bf16-pure] [--attn IMPL]
+                  [--experts IMPL] [--dynamic PATTERN] [--full-size]
+                  [--seed N] [--device cpu|cuda] -o out.ltb|out.ltt
+
+Prints one line: the file, requests, iterations, requests per iteration,
+peak live bytes, seconds. Exit status 2 for bad arguments (an unknown model
+type, a --set key the config lacks, ...), 1 when the step or the writing
+fails; the message is one line, without a traceback.
+
+`--device cuda` runs the same step on a GPU, recorded by loom itself
+(loom.enable(mode="record"), the same markers): the GPU trace to compare
+a CPU recording with (loom.tools.record_cpu.compare_traces).
+"""
+
+import argparse
+import os
+import shlex
+import sys
+import tempfile
+import time
+
+from loom.errors import LoomError
+from loom.tools import cpu_models
+from loom.tools import trace as loom_trace
+
+PROG = "loom record-cpu"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise cpu_models.ModelError(message)
+
+
+def _positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got "
+                                         f"{text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got "
+                                         f"{text!r}")
+    return value
+
+
+def _natural(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got "
+                                         f"{text!r}")
+    return value
+
+
+def parser():
+    p = _Parser(
+        prog=PROG,
+        description="Runs a few training steps of a model on the CPU and "
+        "records, as a loom trace, every request PyTorch's CUDA caching "
+        "allocator would receive (sizes as requested, dtypes as under CUDA "
+        "autocast), with iteration, phase and module markers (MoE blocks "
+        "dynamic). The model is any model_type transformers' AutoConfig "
+        "knows, with random weights and tiny sizes (same structure, real "
+        "routing); --set overrides any config key.")
+    p.add_argument("--model", required=True, metavar="TYPE",
+                   help="a transformers model_type: llama, qwen2, qwen3, "
+                   "mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, "
+                   "gpt_oss, ...")
+    p.add_argument("--set", action="append", default=[], metavar="K=V,...",
+                   help="config values (JSON values; repeatable), e.g. "
+                   "--set hidden_size=256,num_hidden_layers=8")
+    p.add_argument("--steps", type=_positive, default=4,
+                   help="training steps = iterations (default 4)")
+    p.add_argument("--batch", type=_positive, default=2,
+                   help="sequences per micro-batch (default 2)")
+    p.add_argument("--seq", type=_positive, default=128,
+                   help="tokens per sequence (default 128)")
+    p.add_argument("--recompute", action="store_true",
+                   help="activation recomputation (HF gradient "
+                   "checkpointing, non-reentrant)")
+    p.add_argument("--schedule", default="plain",
+                   help="plain, 1f1b or interleaved:CHUNKS (Megatron's "
+                   "orders, one pipeline rank; default plain)")
+    p.add_argument("--stages", type=_positive, default=None,
+                   help="pipeline stages (1f1b/interleaved; default 2)")
+    p.add_argument("--rank", type=_natural, default=0,
+                   help="the pipeline rank recorded (default 0)")
+    p.add_argument("--microbatches", type=_positive, default=None,
+                   help="micro-batches per step (default 1; pipelines: "
+                   "2 x stages)")
+    p.add_argument("--dtype", choices=cpu_models.DTYPES, default="fp32",
+                   help="fp32 (default); bf16: autocast over fp32 weights "
+                   "with CUDA's policy; bf16-pure: bf16 weights")
+    p.add_argument("--attn", default=None, metavar="IMPL",
+                   help="attn_implementation (sdpa, eager; default: "
+                   "transformers')")
+    p.add_argument("--experts", default=None, metavar="IMPL",
+                   help="experts_implementation of MoE models (eager: a "
+                   "loop over the experts hit, sizes change with the "
+                   "routing; grouped_mm, batched_mm; default: transformers')")
+    p.add_argument("--dynamic", action="append", default=[],
+                   metavar="PATTERN",
+                   help="more dynamic modules (fnmatch on qualified or class "
+                   "names, or re:REGEX); repeatable")
+    p.add_argument("--full-size", action="store_true",
+                   help="the config's own sizes instead of the tiny ones")
+    p.add_argument("--seed", type=_natural, default=0,
+                   help="seed of the weights and data (default 0)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: run the step on the GPU, recorded by loom "
+                   "(the reference for a CPU recording)")
+    p.add_argument("-o", "--output", required=True,
+                   help="trace to write (.ltt text, else binary)")
+    return p
+
+
+def spec_from_args(args):
+    """A StepSpec from parsed arguments (ModelError for bad combinations)."""
+    schedule, chunks = args.schedule, 1
+    if schedule.startswith("interleaved"):
+        head, sep, tail = schedule.partition(":")
+        if head != "interleaved" or not sep or not tail.isdigit() or \
+                int(tail) < 1:
+            raise cpu_models.ModelError(
+                f"--schedule {schedule}: expected interleaved:CHUNKS "
+                f"(e.g. interleaved:2)")
+        schedule, chunks = "interleaved", int(tail)
+    elif schedule not in ("plain", "1f1b"):
+        raise cpu_models.ModelError(f"--schedule {schedule}: expected plain, "
+                                    f"1f1b or interleaved:CHUNKS")
+    pipeline = schedule != "plain"
+    if not pipeline and (args.stages not in (None, 1) or args.rank):
+        raise cpu_models.ModelError("--stages and --rank need a pipeline "
+                                    "schedule (1f1b, interleaved:C)")
+    stages = args.stages or (2 if pipeline else 1)
+    microbatches = args.microbatches or (2 * stages if pipeline else 1)
+    if args.rank >= stages:
+        raise cpu_models.ModelError(f"--rank {args.rank}: the pipeline has "
+                                    f"{stages} stages")
+    return cpu_models.StepSpec(
+        model_type=args.model,
+        overrides=cpu_models.parse_overrides(args.set),
+        batch=args.batch, seq=args.seq, recompute=args.recompute,
+        schedule=schedule, chunks=chunks, stages=stages, rank=args.rank,
+        microbatches=microbatches, dtype=args.dtype, attn=args.attn,
+        experts=args.experts, tiny=not args.full_size, seed=args.seed)
+
+
+def provenance(argv, spec, config):
+    """The trace header: the exact command, versions, the step and the
+    config's sizes."""
+    import platform  # pylint: disable=import-outside-toplevel
+    import torch  # pylint: disable=import-outside-toplevel
+    import transformers  # pylint: disable=import-outside-toplevel
+    import loom  # pylint: disable=import-outside-toplevel
+    sizes = {k: getattr(config, k) for k in sorted(config.to_dict())
+             if isinstance(getattr(config, k, None), (int, float, bool))
+             and not k.startswith("_") and k not in ("transformers_version",)}
+    schedule = spec.schedule
+    if schedule == "interleaved":
+        schedule += f":{spec.chunks}"
+    text = (f"./loom record-cpu {shlex.join(argv)} | loom "
+            f"{loom.__version__}, torch {torch.__version__}, transformers "
+            f"{transformers.__version__}, python "
+            f"{platform.python_version()} | {spec.model_type} random weights "
+            f"(seed {spec.seed}), no data; schedule {schedule}"
+            f", stages {spec.stages}, rank {spec.rank}, microbatches "
+            f"{spec.microbatches}, batch {spec.batch}, seq {spec.seq}, dtype "
+            f"{spec.dtype}, recompute {spec.recompute}, stream 0 | config "
+            f"{sizes}")
+    return text[:60000]
+
+
+def main(argv):
+    """`loom record-cpu`; returns the exit status."""
+    argv = list(argv)
+    try:
+        args = parser().parse_args(argv)
+        spec = spec_from_args(args)
+        if args.device == "cuda":
+            return _record_cuda(args, spec, argv)
+        return _record_cpu(args, spec, argv)
+    except cpu_models.ModelError as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 2
+    except (LoomError, loom_trace.TraceError) as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"{PROG}: {error.filename or ''}: {error.strerror}",
+              file=sys.stderr)
+        return 1
+
+
+def _run_steps(trainer, steps):
+    for index in range(steps):
+        trainer.step(index)
+
+
+def _record_cpu(args, spec, argv):
+    # pylint: disable-next=import-outside-toplevel
+    from loom.tools import record_cpu
+    started = time.time()
+    trainer = _trainer(spec)
+    recorder = record_cpu.Recorder(
+        None, tensors=trainer.tracked,
+        provenance=provenance(argv, spec, trainer.config))
+    recorder.start()
+    try:
+        recorder.watch_modules(trainer.model, args.dynamic)
+        trainer.sink = recorder
+        _run_steps(trainer, args.steps)
+    except LoomError:
+        raise
+    except Exception as error:  # pylint: disable=broad-except
+        raise LoomError(f"the training step failed: "
+                        f"{type(error).__name__}: "
+                        f"{' '.join(str(error).split())}") from None
+    finally:
+        recorder.stop()
+    recorder.write(args.output)
+    _report(args.output, recorder.summary(), time.time() - started)
+    return 0
+
+
+def _trainer(spec):
+    try:
+        # pylint: disable-next=import-outside-toplevel
+        from transformers.utils import logging as hf_logging
+        hf_logging.set_verbosity_error()  # config advice is not for us
+    except ImportError:
+        pass  # Trainer says that transformers is missing
+    try:
+        return cpu_models.Trainer(spec)
+    except (LoomError, ImportError):
+        raise
+    except Exception as error:  # pylint: disable=broad-except
+        raise cpu_models.ModelError(
+            f"model type {spec.model_type!r}: {type(error).__name__}: "
+            f"{' '.join(str(error).split())}") from None
+
+
+def _report(path, summary, seconds):
+    per = summary["requests_per_iteration"]
+    print(f"{path}: {summary['requests']} requests, {summary['iterations']} "
+          f"iterations ({', '.join(str(n) for n in per)} requests each), "
+          f"peak live {summary['peak_live_bytes']} bytes, set-up "
+          f"{summary['setup_bytes']} bytes, {summary['events']} events, "
+          f"{seconds:.1f} s")
+
+
+class _LoomMarkers:
+    """The markers of a step, sent to loom's run-time plugin."""
+
+    def __init__(self, loom):
+        self.loom = loom
+
+    def begin_iteration(self):
+        self.loom.begin_iteration()
+
+    def end_iteration(self):
+        self.loom.end_iteration()
+
+    def phase(self, name):
+        self.loom.phase(name)
+
+    def module_enter(self, name, dynamic=False):
+        self.loom.module_enter(name, dynamic)
+
+    def module_exit(self, name):
+        self.loom.module_exit(name)
+
+
+def _record_cuda(args, spec, argv):
+    """The same steps on the GPU, recorded by loom (record mode)."""
+    return _record_with_loom(args, spec, argv, "cuda")
+
+
+def _record_with_loom(args, spec, argv, device, **options):
+    """The steps on `device`, recorded by loom's run-time plugin
+    (loom.enable(mode="record", **options)) with the same markers as on
+    the CPU: the module markers come from the same hooks. (A test runs it
+    on the CPU with the host backend: the markers, nothing allocated.)"""
+    import loom  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from loom.tools import record_cpu
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="loom-record-") as workdir:
+        loom.enable(mode="record", workdir=workdir, atexit=False,
+                    trace_format="text" if args.output.endswith(".ltt")
+                    else "binary", **options)
+        import torch  # pylint: disable=import-outside-toplevel
+        with torch.device(device):
+            trainer = _trainer(spec)
+        trainer.device = device
+        markers = _LoomMarkers(loom)
+        _, removers = record_cpu.hook_modules(trainer.model, markers,
+                                              args.dynamic)
+        trainer.sink = markers
+        try:
+            _run_steps(trainer, args.steps)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+        except LoomError:
+            raise
+        except Exception as error:  # pylint: disable=broad-except
+            raise LoomError(f"the training step failed: "
+                            f"{type(error).__name__}: "
+                            f"{' '.join(str(error).split())}") from None
+        finally:
+            for remove in removers:
+                remove()
+        loom.finish()
+        files = [f for f in os.listdir(workdir) if f.startswith("trace.")
+                 and not f.endswith(".json")]
+        if not files:
+            raise LoomError(f"loom wrote no trace ({loom.status()})")
+        trace = loom_trace.read_trace(os.path.join(workdir, files[0]))
+        trace.provenance = provenance(argv, spec, trainer.config) + \
+            f" | recorded on {device} by loom (record mode)"
+        loom_trace.write_trace(trace, args.output)
+        summary = record_cpu.summarize(trace.events)
+        _report(args.output, summary, time.time() - started)
+    return 0
