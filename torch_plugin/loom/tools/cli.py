@@ -5,9 +5,9 @@ loom_tool; this front end forwards them, after turning any PyTorch snapshot
 argument into a loom trace (loom.tools.snapshot_cli: positional arguments
 that are snapshot pickles, by content; `--snapshot-device N` picks the
 device). Snapshot import and export run here in Python (trace files through
-libloom). `setup` and `test` are
+libloom). `setup`, `test` and `wheel` are
 handled by the ./loom launcher script itself, since they must work before
-anything is built.
+anything is built (or build the wheel from the checkout).
 """
 
 import importlib
@@ -29,7 +29,7 @@ FORWARDED = {
 PYTHON_COMMANDS = {
     "demo": ("compare allocators on the embedded workloads (tables + plots)",
              "loom.tools.demo", "main"),
-    "what-if": ("your snapshot: analysis + every allocator's reservation",
+    "what-if": ("every allocator on your snapshot or model; largest batch",
                 "loom.tools.whatif", "main"),
     "import": ("PyTorch memory snapshot pickle -> loom trace",
                "loom.tools.snapshot_cli", "run_import"),
@@ -50,6 +50,7 @@ WRAPPED = {
 LAUNCHER_ONLY = {
     "setup": "install the Debian packages loom needs (idempotent)",
     "test": "run every test; ends with 'N passed, N failed'",
+    "wheel": "build an installable wheel of the loom package (-o DIR)",
 }
 
 
@@ -79,8 +80,8 @@ def main(argv=None):
         from loom.tools import compare_plot
         return compare_plot.run(rest, lambda a: run_forwarded(a[0], a[1:]))
     if command in LAUNCHER_ONLY:
-        print(f"loom: '{command}' is run by the ./loom launcher in the "
-              f"repository root", file=sys.stderr)
+        print(f"loom: '{command}' is run by the ./loom launcher of a "
+              f"loom checkout", file=sys.stderr)
         return 2
     print(f"loom: unknown subcommand '{command}'\n", file=sys.stderr)
     sys.stderr.write(usage())

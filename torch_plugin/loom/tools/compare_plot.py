@@ -255,6 +255,12 @@ def run(args, run_tool):
         return run_tool(["compare", *args])
     if any(a in ("-h", "--help") for a in args):
         return run_tool(["compare", *args])
+    try:
+        import matplotlib  # noqa: F401  pylint: disable=import-outside-toplevel
+    except ImportError:
+        print("loom compare: --plot needs matplotlib, which this Python "
+              "cannot import (pip install matplotlib)", file=sys.stderr)
+        return 1
     temporary = None
     handle, plan_csv = tempfile.mkstemp(prefix="loom-plan-", suffix=".csv")
     os.close(handle)

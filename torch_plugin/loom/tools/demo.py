@@ -18,8 +18,7 @@ from loom import _paths
 WORKLOADS = (
     ("gpt2small_train_step",
      "a real PyTorch training step (GPT-2 small, from a memory snapshot)",
-     str(_paths.REPO_ROOT / "bench" / "data" / "traces" /
-         "gpt2small_train_step.ltt")),
+     str(_paths.data_file("bench/data/traces/gpt2small_train_step.ltt"))),
     ("moe", "a generated MoE training run (top-2 of 8 experts, token counts "
      "per expert change every iteration)", "builtin:moe"),
 )

@@ -1,0 +1,162 @@
+"""`./loom wheel`: the wheel holds the whole package with libloom.so and
+loom_tool, installs into a fresh virtual environment (no system packages, no
+torch, no index) where `import loom` finds and loads its own libloom and the
+command line runs its own loom_tool, and into a Python that has PyTorch,
+where the CPU recorder works. Nothing comes from the checkout: no PYTHONPATH,
+no LOOM_LIB / LOOM_TOOL, and the children run outside the tree."""
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+import loom
+from loom import _paths
+
+ROOT = _paths.REPO_ROOT
+
+
+def _env():
+    env = dict(os.environ)
+    for name in ("PYTHONPATH", "PYTHONHOME", "LOOM_LIB", "LOOM_TOOL"):
+        env.pop(name, None)
+    return env
+
+
+def _run(command, cwd, env=None, timeout=300):
+    result = subprocess.run([str(c) for c in command], cwd=cwd,
+                            env=_env() if env is None else env,
+                            capture_output=True, text=True, check=False,
+                            timeout=timeout)
+    assert result.returncode == 0, (command, result.stdout, result.stderr)
+    return result
+
+
+@pytest.fixture(scope="module", name="wheel")
+def fixture_wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    result = _run([ROOT / "loom", "wheel", "-o", out], cwd=out.parent)
+    wheel = out.parent / result.stdout.strip().splitlines()[-1]
+    assert wheel.parent == out and wheel.exists(), result.stdout
+    return wheel
+
+
+def test_the_wheel_holds_the_package_and_the_binaries(wheel):
+    assert wheel.name.startswith(f"loom-{loom.__version__}-py3-none-linux_")
+    with zipfile.ZipFile(wheel) as archive:
+        modes = {i.filename: i.external_attr >> 16 for i in archive.infolist()}
+    sources = {str(p.relative_to(_paths.PACKAGE_DIR.parent))
+               for p in _paths.PACKAGE_DIR.rglob("*.py")}
+    assert sources <= set(modes), sources - set(modes)
+    for binary in ("libloom.so", "loom_tool"):
+        assert modes[f"loom/_bundled/{binary}"] & 0o111, binary
+    assert "loom/_bundled/data/gpt2small_train_step.ltt" in modes
+    assert not [n for n in modes if "__pycache__" in n or n.endswith(".pyc")]
+
+
+_IN_THE_VENV = """
+import importlib.util, json, sys
+import loom
+from loom import _native, _paths, fingerprint
+from loom.tools import trace
+t = trace.Trace(events=[trace.Event("iter_begin", id=0),
+                        trace.Event.alloc(1, 4096), trace.Event.alloc(2, 512),
+                        trace.Event.free(1), trace.Event.free(2),
+                        trace.Event("iter_end", id=0)])
+trace.write_trace(t, "tiny.ltb")
+assert trace.read_trace("tiny.ltb") == t
+native = _native.load()
+native.plan_trace("tiny.ltb", "tiny.lplan", {"time_limit": 1})
+maps = open("/proc/self/maps").read()
+print(json.dumps({
+    "package": loom.__file__, "libloom": str(_paths.libloom()),
+    "tool": str(_paths.loom_tool()),
+    "demo_trace": str(_paths.data_file(
+        "bench/data/traces/gpt2small_train_step.ltt")),
+    "version": native.version(),
+    "fingerprint": fingerprint.fingerprint_trace("tiny.ltb"),
+    "libfmt": sorted({l.split()[-1] for l in maps.splitlines()
+                      if "libfmt" in l}),
+    "torch": importlib.util.find_spec("torch") is not None,
+    "torch_imported": "torch" in sys.modules}))
+"""
+
+
+def test_a_fresh_venv_imports_loom_and_uses_its_own_binaries(wheel,
+                                                             tmp_path):
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", venv], cwd=tmp_path)
+    python = venv / "bin" / "python"
+    _run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+          "--disable-pip-version-check", wheel], cwd=tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    seen = json.loads(_run([python, "-c", _IN_THE_VENV],
+                           cwd=work).stdout.splitlines()[-1])
+    bundled = venv / "lib" / f"python{sys.version_info[0]}." \
+        f"{sys.version_info[1]}" / "site-packages" / "loom" / "_bundled"
+    assert seen["package"] == str(bundled.parent / "__init__.py")
+    assert seen["libloom"] == str(bundled / "libloom.so")
+    assert seen["tool"] == str(bundled / "loom_tool")
+    assert seen["demo_trace"] == str(bundled / "data" /
+                                     "gpt2small_train_step.ltt")
+    assert seen["version"]
+    assert seen["fingerprint"]
+    assert (work / "tiny.lplan").stat().st_size > 0
+    assert seen["torch"] is False and seen["torch_imported"] is False
+    # The libraries beside libloom are the ones it loads (RUNPATH $ORIGIN).
+    extra = sorted(str(p) for p in bundled.glob("lib*.so.*")
+                   if not p.name.endswith(".copyright"))
+    assert seen["libfmt"] == [p for p in extra if "libfmt" in p]
+    if extra:
+        ldd = _run(["ldd", bundled / "loom_tool"], cwd=work).stdout
+        for path in extra:
+            assert f"=> {path} " in ldd, ldd
+
+    usage = _run([python, "-m", "loom", "--help"], cwd=work).stdout
+    assert usage.startswith("usage: loom <subcommand>")
+    report = json.loads(_run([venv / "bin" / "loom", "analyze", "tiny.ltb",
+                              "--json"], cwd=work).stdout)
+    assert report["allocs"] == 2
+    rows = json.loads(_run([python, "-m", "loom", "compare", "tiny.ltb",
+                            "--json", "--loom-time-limit", "1"],
+                           cwd=work).stdout)
+    assert {r["allocator"] for r in rows} >= {"pytorch", "loom"}
+    # --plot needs matplotlib, which the fresh venv lacks: one line, no
+    # traceback.
+    plot = subprocess.run([python, "-m", "loom", "compare", "tiny.ltb",
+                           "--plot", "x.png"], cwd=work, env=_env(),
+                          capture_output=True, text=True, check=False)
+    assert plot.returncode == 1
+    assert plot.stderr.strip().splitlines() == [
+        "loom compare: --plot needs matplotlib, which this Python cannot "
+        "import (pip install matplotlib)"]
+
+
+_WITH_TORCH = """
+import json, torch, loom
+from loom import _paths
+with loom.record_cpu() as rec:
+    x = torch.ones(1024)
+    y = x * 2
+    del x
+print(json.dumps({"package": loom.__file__, "libloom": str(_paths.libloom()),
+                  "requests": rec.summary()["requests"]}))
+"""
+
+
+def test_the_wheel_works_in_a_python_with_pytorch(wheel, tmp_path):
+    import torch  # noqa: F401  pylint: disable=import-outside-toplevel
+    site = tmp_path / "site"
+    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+          "--no-index", "--disable-pip-version-check", "--target", site,
+          wheel], cwd=tmp_path)
+    env = dict(_env(), PYTHONPATH=str(site))
+    seen = json.loads(_run([sys.executable, "-c", _WITH_TORCH], cwd=tmp_path,
+                           env=env).stdout.splitlines()[-1])
+    assert seen["package"] == str(site / "loom" / "__init__.py")
+    assert seen["libloom"] == str(site / "loom" / "_bundled" / "libloom.so")
+    assert seen["requests"] == 2
