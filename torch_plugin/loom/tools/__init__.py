@@ -11,6 +11,8 @@
   workdir_cli      `loom files`
   record_cpu       a training step on the CPU -> the trace of the CUDA
                    allocator's requests (`loom.record_cpu`)
+  record_modules   the modules it marks (MoE blocks dynamic), its hooks
+  record_summary   counting and comparing recorded events
   cpu_autocast     CUDA's autocast policy on CPU autocast, while recording
   cpu_models       models by name (transformers configs), their training
                    steps and Megatron's pipeline orders

@@ -63,25 +63,22 @@ chosen, CUDA graphs, NCCL buffers).
 
 Traces are written by libloom (loom.tools.trace.write_trace): text for a
 `.ltt` name, binary otherwise. torch is imported only when a recorder
-starts, so importing this module does not import it.
+starts, so importing this module does not import it. Which modules are
+marked, and the hooks, are in loom.tools.record_modules; the summary and
+frees' canonical order in loom.tools.record_summary (both names are
+available here too).
 """
 
-import fnmatch
-import re
 import threading
 import weakref
 
 from loom.errors import LoomError
 from loom.tools import trace as loom_trace
+from loom.tools.record_modules import (  # noqa: F401  (this module's API)
+    DYNAMIC_CLASSES, dynamic_modules, hook_modules, hook_root, module_names)
+from loom.tools.record_summary import (  # noqa: F401  (this module's API)
+    canonical_frees, compare_traces, summarize)
 from loom.tools.trace import Event
-
-# Class names of modules recorded as dynamic (their requests change size or
-# presence with the routing): MoE blocks and their experts in transformers
-# (MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock, Qwen3MoeExperts,
-# OlmoeSparseMoeBlock, DeepseekV3MoE, GptOssExperts, ...). A regular
-# expression searched in the class name, case-sensitive ("Qwen2MoeAttention"
-# does not match).
-DYNAMIC_CLASSES = r"Experts|SparseMoe|MoE|Moe$"
 
 _MODE_CLASS = None
 
@@ -120,116 +117,6 @@ class _Storage:
         self.ref = None
         self.host = host        # host memory: never recorded
 
-
-def _matcher(pattern):
-    if hasattr(pattern, "search") and hasattr(pattern, "pattern"):
-        return pattern.search
-    if not isinstance(pattern, str) or not pattern:
-        raise LoomError(f"record_cpu: dynamic patterns are strings (fnmatch "
-                        f"or 're:<regex>') or compiled regexes, got "
-                        f"{pattern!r}")
-    if pattern.startswith("re:"):
-        try:
-            return re.compile(pattern[3:]).search
-        except re.error as error:
-            raise LoomError(f"record_cpu: bad regex {pattern[3:]!r}: "
-                            f"{error}") from None
-    return lambda name: fnmatch.fnmatchcase(name, pattern)
-
-
-def _first_grad_tensor(value, depth=0):
-    """The first tensor in `value` (a tensor or nested tuples, lists, dicts
-    and model outputs) that requires grad, or None."""
-    if hasattr(value, "register_hook") and getattr(value, "requires_grad",
-                                                   False):
-        return value
-    if depth >= 4 or hasattr(value, "register_hook"):
-        return None
-    if isinstance(value, (list, tuple)):
-        items = value
-    elif isinstance(value, dict) or callable(getattr(value, "values", None)):
-        items = value.values()
-    else:
-        return None
-    for item in items:
-        found = _first_grad_tensor(item, depth + 1)
-        if found is not None:
-            return found
-    return None
-
-
-def module_names(model):
-    """(qualified name, module) of every module of `model`; the root is
-    named by its class (a trace name cannot be empty in practice)."""
-    return [(name or type(module).__name__, module)
-            for name, module in model.named_modules()]
-
-
-def dynamic_modules(model, dynamic=(), dynamic_classes=DYNAMIC_CLASSES):
-    """The qualified names of the modules of `model` recorded as dynamic:
-    class name matching `dynamic_classes` (a regex, searched; None or ""
-    for none), or qualified name or class name matching one of `dynamic`
-    (fnmatch, "re:<regex>" or compiled regexes). A pattern of `dynamic`
-    that matches no module is a LoomError."""
-    if isinstance(dynamic, str) or hasattr(dynamic, "search"):
-        dynamic = [dynamic]
-    matchers = [(p, _matcher(p)) for p in dynamic or ()]
-    by_class = re.compile(dynamic_classes).search if dynamic_classes else None
-    named = module_names(model)
-    found = []
-    used = set()
-    for name, module in named:
-        cls = type(module).__name__
-        hit = bool(by_class and by_class(cls))
-        for pattern, match in matchers:
-            if match(name) or match(cls):
-                used.add(id(pattern))
-                hit = True
-        if hit:
-            found.append(name)
-    unused = [p for p, _ in matchers if id(p) not in used]
-    if unused:
-        example = ", ".join(repr(n) for n, _ in named[1:4])
-        raise LoomError(f"record_cpu: dynamic pattern {unused[0]!r} matches "
-                        f"no module of the model (names look like {example})")
-    return found
-
-
-def hook_modules(model, sink, dynamic=(), dynamic_classes=DYNAMIC_CLASSES,
-                 modules=True):
-    """Forward hooks on the modules of `model` that send module markers to
-    `sink` (module_enter(name, dynamic), module_exit(name)): every module
-    (`modules=False`: the dynamic ones only) around its forward; the
-    dynamic ones (see dynamic_modules) also around their backward, entered
-    when the gradient of their output arrives and left when the gradient of
-    their input is complete (tensor hooks: nothing is added to the autograd
-    graph). Returns (dynamic module names, list of hook removers)."""
-    found = dynamic_modules(model, dynamic, dynamic_classes)
-    flagged = set(found)
-    removers = []
-    for name, module in module_names(model):
-        is_dynamic = name in flagged
-        if not (modules or is_dynamic):
-            continue
-
-        def pre(_module, args, name=name, is_dynamic=is_dynamic):
-            sink.module_enter(name, is_dynamic)
-            if is_dynamic:
-                tensor = _first_grad_tensor(args)
-                if tensor is not None:
-                    tensor.register_hook(lambda _g: sink.module_exit(name))
-
-        def post(_module, args, output, name=name, is_dynamic=is_dynamic):
-            sink.module_exit(name)
-            if is_dynamic and _first_grad_tensor(args) is not None:
-                tensor = _first_grad_tensor(output)
-                if tensor is not None:
-                    tensor.register_hook(
-                        lambda _g: sink.module_enter(name, True))
-
-        removers.append(module.register_forward_pre_hook(pre).remove)
-        removers.append(module.register_forward_hook(post).remove)
-    return found, removers
 
 
 class Recorder:
@@ -661,26 +548,11 @@ class Recorder:
 
     def watch(self, model, dynamic=(), modules=True):
         """Marks iterations and phases from `model`'s forward and its
-        output's gradient, and its modules (`watch_modules`)."""
-
-        def root_pre(module, _args):
-            if getattr(module, "training", True):
-                self.begin_iteration()
-                self.phase("forward")
-            else:
-                self.phase("eval")
-
-        def root_post(module, _args, output):
-            if getattr(module, "training", True):
-                tensor = _first_grad_tensor(output)
-                if tensor is not None:
-                    tensor.register_hook(lambda _g: self.phase("backward"))
-
+        output's gradient (record_modules.hook_root), and its modules
+        (`watch_modules`)."""
         names = self.watch_modules(model, dynamic, modules)
         # After watch_modules: the root's module enter follows the phase.
-        self._removers.append(
-            model.register_forward_pre_hook(root_pre, prepend=True).remove)
-        self._removers.append(model.register_forward_hook(root_post).remove)
+        self._removers.extend(hook_root(model, self))
         return names
 
     def watch_modules(self, model, dynamic=(), modules=True):
@@ -734,110 +606,7 @@ class Recorder:
         return summarize(events, self.peak_live_bytes, self.setup_bytes)
 
 
-def canonical_frees(events):
-    """`events` with each run of consecutive frees in request order. Frees
-    with nothing between them happen at one point of the program (a
-    container dropped at once, such as the recomputed tensors of a
-    checkpointed layer), in an order Python picks (hashes of objects, which
-    change from run to run); no allocator can tell the orders apart, since
-    nothing is allocated between them. In request order, the same step
-    gives the same trace."""
-    result = []
-    run = []
-    for event in events:
-        if event.kind == loom_trace.FREE:
-            run.append(event)
-            continue
-        if run:
-            run.sort(key=lambda e: e.id)
-            result += run
-            run = []
-        result.append(event)
-    run.sort(key=lambda e: e.id)
-    return result + run
-
-
-def summarize(events, peak=None, setup=None):
-    """Counts of a list of events (see Recorder.summary)."""
-    allocs = frees = 0
-    per_iteration = []
-    current = None
-    live = top = 0
-    sizes = {}
-    for event in events:
-        kind = event.kind
-        if kind == loom_trace.ALLOC:
-            allocs += 1
-            sizes[event.id] = event.size
-            live += event.size
-            top = max(top, live)
-            if current is not None:
-                current += 1
-        elif kind == loom_trace.FREE:
-            frees += 1
-            live -= sizes.pop(event.id, 0)
-        elif kind == loom_trace.ITER_BEGIN:
-            current = 0
-        elif kind == loom_trace.ITER_END and current is not None:
-            per_iteration.append(current)
-            current = None
-    return {"requests": allocs, "frees": frees,
-            "iterations": len(per_iteration),
-            "requests_per_iteration": per_iteration,
-            "peak_live_bytes": top if peak is None else peak,
-            "setup_bytes": setup, "events": len(events)}
-
-
 def record_cpu(path=None, **options):
     """A Recorder (a context manager): see Recorder and the module
     docstring. `loom.record_cpu` is this function."""
     return Recorder(path, **options)
-
-
-def compare_traces(cpu, gpu, skip=1):
-    """How a CPU recording differs from a GPU trace of the same step: for
-    each trace, requests and requested bytes per complete iteration (from
-    iteration `skip` on: iteration 0 holds the optimizer's lazy state, and
-    a GPU recording's also the set-up), peak live bytes, and the sizes of
-    the steady iterations' requests only one side made (a multiset
-    difference; the GPU's extra sizes are what the CPU cannot see).
-    `cpu`, `gpu`: Trace objects or trace files."""
-    traces = [loom_trace.read_trace(t) if not isinstance(
-        t, loom_trace.Trace) else t for t in (cpu, gpu)]
-    sides = []
-    for trace in traces:
-        iterations = []
-        current = None
-        for event in trace.events:
-            if event.kind == loom_trace.ITER_BEGIN:
-                current = []
-            elif event.kind == loom_trace.ITER_END and current is not None:
-                iterations.append(current)
-                current = None
-            elif event.kind == loom_trace.ALLOC and current is not None:
-                current.append(event.size)
-        steady = iterations[skip:]
-        info = summarize(trace.events)
-        sides.append({
-            "requests_per_iteration": [len(i) for i in steady],
-            "bytes_per_iteration": [sum(i) for i in steady],
-            "peak_live_bytes": info["peak_live_bytes"],
-            "requests": info["requests"],
-            "sizes": [size for i in steady for size in i],
-            "iterations": len(steady)})
-    cpu_side, gpu_side = sides
-    only = []
-    for mine, theirs in ((cpu_side, gpu_side), (gpu_side, cpu_side)):
-        counts = {}
-        for size in mine["sizes"]:
-            counts[size] = counts.get(size, 0) + 1
-        for size in theirs["sizes"]:
-            if counts.get(size):
-                counts[size] -= 1
-        per = max(1, mine["iterations"])
-        only.append(sorted(((size, n / per) for size, n in counts.items()
-                            if n), key=lambda x: -x[0] * x[1]))
-    for side in sides:
-        del side["sizes"]
-    return {"cpu": cpu_side, "gpu": gpu_side,
-            "cpu_only_sizes": only[0], "gpu_only_sizes": only[1]}
