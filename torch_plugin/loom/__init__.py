@@ -81,7 +81,10 @@ def record_cpu(path=None, **options):
     `model` and `optimizer` give the set-up tensors and the iteration,
     phase and module markers (MoE blocks flagged dynamic); see
     docs/plugin.md, "Recording on the CPU", for the options and for what
-    a CPU recording cannot see. Loads loom.tools on first call."""
+    a CPU recording cannot see; loom.tools.predict compares every
+    allocator on the recording (compare_allocators(rec, device_memory))
+    and finds the largest batch that fits (largest_batch). Loads
+    loom.tools on first call."""
     # pylint: disable-next=import-outside-toplevel
     from loom.tools import record_cpu as _record_cpu
     return _record_cpu.Recorder(path, **options)

@@ -108,7 +108,8 @@ def test_the_package_is_split_into_runtime_and_tools():
         "loom.tools.whatif", "loom.tools.workdir_cli",
         "loom.tools.record_cpu", "loom.tools.record_cpu_cli",
         "loom.tools.record_modules", "loom.tools.record_summary",
-        "loom.tools.cpu_models", "loom.tools.cpu_autocast"}
+        "loom.tools.cpu_models", "loom.tools.cpu_autocast",
+        "loom.tools.predict", "loom.tools.whatif_model"}
 
 
 def test_no_import_circle():

@@ -8,6 +8,9 @@
   snapshot_cli     `loom import`, `loom export-snapshot`, snapshot arguments
   compare_plot     `loom compare --plot`
   demo, whatif     `loom demo`, `loom what-if`
+  whatif_model     `loom what-if --model`: a model recorded on the CPU
+  predict          every allocator on a recorded step, and the largest
+                   micro-batch that fits a device (the API behind it)
   workdir_cli      `loom files`
   record_cpu       a training step on the CPU -> the trace of the CUDA
                    allocator's requests (`loom.record_cpu`)

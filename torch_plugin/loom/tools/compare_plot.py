@@ -256,7 +256,8 @@ def run(args, run_tool):
     if any(a in ("-h", "--help") for a in args):
         return run_tool(["compare", *args])
     try:
-        import matplotlib  # noqa: F401  pylint: disable=import-outside-toplevel
+        # pylint: disable-next=import-outside-toplevel,unused-import
+        import matplotlib  # noqa: F401
     except ImportError:
         print("loom compare: --plot needs matplotlib, which this Python "
               "cannot import (pip install matplotlib)", file=sys.stderr)

@@ -18,6 +18,15 @@ def run_tool(args):
     return subprocess.call([str(tool), *args])
 
 
+def capture_tool(args, timeout=None):
+    """Runs loom_tool with `args`, capturing its output: the
+    CompletedProcess (text). Raises _paths.NotBuiltError when loom_tool
+    is not built."""
+    return subprocess.run([str(_paths.loom_tool()), *args],
+                          capture_output=True, text=True, check=False,
+                          timeout=timeout)
+
+
 def run_forwarded(command, args):
     """Runs loom_tool `command`, snapshot arguments converted first."""
     # pylint: disable-next=import-outside-toplevel

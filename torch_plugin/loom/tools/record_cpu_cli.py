@@ -62,6 +62,7 @@ def _natural(text):
 
 
 def parser():
+    """The parser of `loom record-cpu`."""
     p = _Parser(
         prog=PROG,
         description="Runs a few training steps of a model on the CPU and "
@@ -71,7 +72,26 @@ def parser():
         "dynamic). The model is any model_type transformers' AutoConfig "
         "knows, with random weights and tiny sizes (same structure, real "
         "routing); --set overrides any config key.")
-    p.add_argument("--model", required=True, metavar="TYPE",
+    add_step_arguments(p)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: run the step on the GPU, recorded by loom "
+                   "(the reference for a CPU recording)")
+    p.add_argument("-o", "--output", required=True,
+                   help="trace to write (.ltt text, else binary)")
+    return p
+
+
+# The destinations of add_step_arguments' options, --model's first.
+STEP_OPTIONS = ("model", "set", "steps", "batch", "seq", "recompute",
+                "schedule", "stages", "rank", "microbatches", "dtype", "attn",
+                "experts", "dynamic", "full_size", "seed")
+
+
+def add_step_arguments(p, model_required=True):
+    """The options that say which model and which training step to record
+    (`--model` ... `--seed`; dests in STEP_OPTIONS), shared by `loom
+    record-cpu` and `loom what-if --model`."""
+    p.add_argument("--model", required=model_required, metavar="TYPE",
                    help="a transformers model_type: llama, qwen2, qwen3, "
                    "mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, "
                    "gpt_oss, ...")
@@ -115,12 +135,6 @@ def parser():
                    help="the config's own sizes instead of the tiny ones")
     p.add_argument("--seed", type=_natural, default=0,
                    help="seed of the weights and data (default 0)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                   help="cuda: run the step on the GPU, recorded by loom "
-                   "(the reference for a CPU recording)")
-    p.add_argument("-o", "--output", required=True,
-                   help="trace to write (.ltt text, else binary)")
-    return p
 
 
 def spec_from_args(args):
@@ -155,7 +169,7 @@ def spec_from_args(args):
         experts=args.experts, tiny=not args.full_size, seed=args.seed)
 
 
-def provenance(argv, spec, config):
+def provenance(argv, spec, config, command="./loom record-cpu"):
     """The trace header: the exact command, versions, the step and the
     config's sizes."""
     import platform  # pylint: disable=import-outside-toplevel
@@ -168,7 +182,7 @@ def provenance(argv, spec, config):
     schedule = spec.schedule
     if schedule == "interleaved":
         schedule += f":{spec.chunks}"
-    text = (f"./loom record-cpu {shlex.join(argv)} | loom "
+    text = (f"{command} {shlex.join(argv)} | loom "
             f"{loom.__version__}, torch {torch.__version__}, transformers "
             f"{transformers.__version__}, python "
             f"{platform.python_version()} | {spec.model_type} random weights "
@@ -207,18 +221,30 @@ def _run_steps(trainer, steps):
 
 
 def _record_cpu(args, spec, argv):
+    started = time.time()
+    recorder = record_steps(spec, args.steps, args.dynamic, argv)
+    recorder.write(args.output)
+    _report(args.output, recorder.summary(), time.time() - started)
+    return 0
+
+
+def record_steps(spec, steps, dynamic=(), argv=(),
+                 command="./loom record-cpu"):
+    """Records `steps` training steps of `spec` (a cpu_models.StepSpec) on
+    the CPU; returns the stopped Recorder (`.trace`, `.summary()`). The
+    trace's provenance names `command` and `argv`. ModelError when the
+    model cannot be built, LoomError when a step fails."""
     # pylint: disable-next=import-outside-toplevel
     from loom.tools import record_cpu
-    started = time.time()
     trainer = _trainer(spec)
     recorder = record_cpu.Recorder(
         None, tensors=trainer.tracked,
-        provenance=provenance(argv, spec, trainer.config))
+        provenance=provenance(list(argv), spec, trainer.config, command))
     recorder.start()
     try:
-        recorder.watch_modules(trainer.model, args.dynamic)
+        recorder.watch_modules(trainer.model, dynamic)
         trainer.sink = recorder
-        _run_steps(trainer, args.steps)
+        _run_steps(trainer, steps)
     except LoomError:
         raise
     except Exception as error:  # pylint: disable=broad-except
@@ -227,9 +253,7 @@ def _record_cpu(args, spec, argv):
                         f"{' '.join(str(error).split())}") from None
     finally:
         recorder.stop()
-    recorder.write(args.output)
-    _report(args.output, recorder.summary(), time.time() - started)
-    return 0
+    return recorder
 
 
 def _trainer(spec):

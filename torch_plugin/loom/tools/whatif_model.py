@@ -1,0 +1,182 @@
+"""`loom what-if --model TYPE ...`: a model's training steps recorded on the
+CPU (loom record-cpu's model options and recording,
+loom.tools.record_cpu_cli), then every allocator on the recorded trace
+(loom.tools.predict): each one's predicted peak reserved memory at
+--batch, and with --device-memory the largest micro-batch that fits under
+each (recorded at batch 1, 2, 4, ... while anything fits, up to
+--max-batch, then bisected; every recording replayed under the device
+size). Prints a table, or JSON with --json; progress goes to stderr.
+
+Exit status 2 for bad arguments (an unknown model type, a --set key the
+config lacks, ...), 1 when a step, the comparison or the plot fails; the
+message is one line, without a traceback.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+
+from loom.errors import LoomError
+from loom.tools import compare_plot
+from loom.tools import cpu_models
+from loom.tools import predict
+from loom.tools import record_cpu_cli
+from loom.tools import trace as loom_trace
+from loom.tools.forward import capture_tool
+
+PROG = "loom what-if"
+DEFAULT_MAX_BATCH = 64
+
+
+def _human(value):
+    for name, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:.2f} {name}"
+    return f"{value} B"
+
+
+class _Recordings:
+    """The step recorded once per batch (traces kept, recorders dropped)."""
+
+    def __init__(self, spec, args, argv):
+        self.spec = spec
+        self.args = args
+        self.argv = argv
+        self.by_batch = {}  # batch -> (trace, summary, seconds)
+
+    def __call__(self, batch):
+        if batch not in self.by_batch:
+            started = time.time()
+            recorder = record_cpu_cli.record_steps(
+                dataclasses.replace(self.spec, batch=batch), self.args.steps,
+                self.args.dynamic, self.argv, command="./loom what-if")
+            self.by_batch[batch] = (recorder.trace, recorder.summary(),
+                                    time.time() - started)
+        return self.by_batch[batch][0]
+
+
+def _progress(entry):
+    fits = [r["allocator"] for r in entry["allocators"] if not r["oom"]]
+    print(f"{PROG}: batch {entry['batch']}: peak allocated "
+          f"{_human(entry['peak_allocated_bytes'])}, fits under "
+          f"{', '.join(fits) if fits else 'none'}", file=sys.stderr)
+
+
+def run(args, argv):
+    """The --model form of `loom what-if` (args parsed by loom.tools.whatif);
+    returns the exit status."""
+    try:
+        spec = record_cpu_cli.spec_from_args(args)
+        record = _Recordings(spec, args, argv)
+        trace = record(args.batch)
+        rows = predict.compare_allocators(trace,
+                                          time_limit=args.loom_time_limit)
+        search = None
+        if args.device_memory is not None:
+            search = predict.largest_batch(
+                record, args.device_memory,
+                max_batch=args.max_batch or DEFAULT_MAX_BATCH,
+                time_limit=args.loom_time_limit, on_recording=_progress)
+        if args.plot:
+            _plot(trace, args)
+    except cpu_models.ModelError as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 2
+    except (LoomError, loom_trace.TraceError) as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"{PROG}: {error.filename or ''}: {error.strerror}",
+              file=sys.stderr)
+        return 1
+    result = _result(args, spec, record, rows, search)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print(result)
+    return 0
+
+
+def _result(args, spec, record, rows, search):
+    _, summary, seconds = record.by_batch[args.batch]
+    if search is not None:
+        found = {f["allocator"]: f for f in search["allocators"]}
+        for row in rows:
+            entry = found.get(row["allocator"], {})
+            row["largest_batch"] = entry.get("largest_batch")
+            row["at_max_batch"] = entry.get("at_max_batch")
+    schedule = spec.schedule + (f":{spec.chunks}"
+                                if spec.schedule == "interleaved" else "")
+    return {
+        "model": spec.model_type, "batch": spec.batch, "seq": spec.seq,
+        "steps": args.steps, "microbatches": spec.microbatches,
+        "schedule": schedule, "dtype": spec.dtype,
+        "recompute": spec.recompute,
+        "workload": {"requests": summary["requests"],
+                     "iterations": summary["iterations"],
+                     "peak_live_bytes": summary["peak_live_bytes"],
+                     "setup_bytes": summary["setup_bytes"],
+                     "seconds": round(seconds, 3)},
+        "device_memory_bytes": args.device_memory,
+        "allocators": rows,
+        "search": None if search is None else {
+            "max_batch": search["max_batch"], "batches": search["batches"]},
+        "recordings": len(record.by_batch),
+    }
+
+
+def _print(result):
+    work = result["workload"]
+    micro = result["microbatches"]
+    print(f"{result['model']}: {result['steps']} steps of batch "
+          f"{result['batch']} x {result['seq']} tokens"
+          f"{f' x {micro} micro-batches' if micro > 1 else ''}, recorded "
+          f"on the CPU: {work['requests']} requests, peak live "
+          f"{_human(work['peak_live_bytes'])} ({work['seconds']:.1f} s)")
+    print()
+    device = result["device_memory_bytes"]
+    header = f"{'allocator':<20} {'peak reserved':>14} {'efficiency':>11}"
+    if device is not None:
+        header += f"   largest batch in {_human(device)}"
+    print(header)
+    for row in result["allocators"]:
+        line = (f"{row['allocator']:<20} "
+                f"{_human(row['peak_reserved_bytes']):>14} "
+                f"{100 * row['efficiency']:>10.2f}%")
+        if device is not None:
+            largest = row["largest_batch"]
+            text = ("none (batch 1 does not fit)" if largest == 0 else
+                    f">= {largest} (--max-batch)" if row["at_max_batch"]
+                    else str(largest))
+            line += f"   {text}"
+        print(line)
+    print()
+    print(f"peak reserved at batch {result['batch']}; efficiency = peak "
+          f"allocated / peak reserved")
+    if result["search"] is not None:
+        batches = [str(b["batch"]) for b in result["search"]["batches"]]
+        print(f"largest batch: batches 1..{result['search']['max_batch']} "
+              f"searched, {len(batches)} replayed in {_human(device)} "
+              f"(batches {', '.join(batches)}); "
+              f"{result['recordings']} recordings in all")
+
+
+def _plot(trace, args):
+    """compare --plot on the trace at --batch; loom_tool's table is not
+    printed (the plot message goes to stderr)."""
+    def quiet(tool_args):
+        result = capture_tool(tool_args)
+        sys.stderr.write(result.stderr)
+        return result.returncode
+
+    with tempfile.TemporaryDirectory(prefix="loom-whatif-") as temp:
+        path = os.path.join(temp, f"{args.model}-batch{args.batch}.ltb")
+        loom_trace.write_trace(trace, path)
+        options = [path, "--plot", args.plot]
+        if args.loom_time_limit is not None:
+            options += ["--loom-time-limit", str(args.loom_time_limit)]
+        if compare_plot.run(options, quiet) != 0:
+            raise LoomError(f"the plot {args.plot} could not be made")
