@@ -160,3 +160,16 @@ def test_the_wheel_works_in_a_python_with_pytorch(wheel, tmp_path):
     assert seen["package"] == str(site / "loom" / "__init__.py")
     assert seen["libloom"] == str(site / "loom" / "_bundled" / "libloom.so")
     assert seen["requests"] == 2
+
+
+def test_bad_arguments_are_one_line(tmp_path):
+    for args, code, message in (
+            (["--bogus"], 2, "loom wheel: unrecognized arguments: --bogus"),
+            (["-o", "/proc/no-such-dir"], 1,
+             "loom wheel: /proc/no-such-dir: No such file or directory")):
+        result = subprocess.run([str(ROOT / "loom"), "wheel", *args],
+                                cwd=tmp_path, env=_env(), capture_output=True,
+                                text=True, check=False, timeout=600)
+        assert result.returncode == code, result.stderr
+        assert result.stderr.splitlines()[-1] == message
+        assert "Traceback" not in result.stderr

@@ -147,8 +147,13 @@ def check(wheel):
             raise WheelError(f"{wheel.name}: {name} is not executable")
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise WheelError(message)
+
+
 def main(argv):
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Builds an installable wheel of the loom Python package "
         "with libloom.so and loom_tool inside (and the shared libraries they "
@@ -159,7 +164,11 @@ def main(argv):
     parser.add_argument("-o", "--out", default="dist",
                         help="directory for the wheel (default: dist, in the "
                         "current directory)")
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except WheelError as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 2
     try:
         wheel = build(Path(args.out))
     except WheelError as error:
