@@ -6,14 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <random>
-#include <unordered_set>
 
 #include "whatif/loom/loom_sim_allocator.h"
 #include "whatif/loom/self_plan.h"
 #include "whatif/sim/caching_allocator.h"
 #include "whatif/sim/replay.h"
 #include "whatif/workloads/load.h"
+#include "whatif/workloads/perturb.h"
 
 namespace loom::whatif {
 namespace {
@@ -21,43 +20,12 @@ namespace {
 // Drops, adds and resizes requests of `trace` (seeded); markers stay.
 plan::Trace Perturb(const plan::Trace& trace, uint64_t seed, int drop_percent,
                     int add_percent, int resize_percent) {
-  std::mt19937_64 rng(seed);
-  auto chance = [&](int percent) {
-    return static_cast<int>(rng() % 100) < percent;
-  };
-  plan::Trace out;
-  out.header = trace.header;
-  out.names = trace.names;
-  std::unordered_set<uint64_t> dropped;
-  uint64_t next_extra = uint64_t{1} << 40;
-  std::vector<uint64_t> extras_live;
-  for (const plan::Event& e : trace.events) {
-    if (e.kind == plan::EventKind::kAlloc) {
-      if (chance(drop_percent)) {
-        dropped.insert(e.id);
-        continue;
-      }
-      plan::Event copy = e;
-      if (chance(resize_percent)) copy.size += 512 * (1 + rng() % 64);
-      out.events.push_back(copy);
-      if (chance(add_percent)) {
-        out.events.push_back(
-            plan::Event::Alloc(next_extra, 1 + rng() % (8 << 20)));
-        extras_live.push_back(next_extra++);
-      }
-    } else if (e.kind == plan::EventKind::kFree) {
-      if (dropped.erase(e.id) > 0) continue;
-      out.events.push_back(e);
-      if (!extras_live.empty() && chance(30)) {
-        out.events.push_back(plan::Event::Free(extras_live.back()));
-        extras_live.pop_back();
-      }
-    } else {
-      out.events.push_back(e);
-    }
-  }
-  for (uint64_t id : extras_live) out.events.push_back(plan::Event::Free(id));
-  return out;
+  PerturbOptions options;
+  options.drop = drop_percent / 100.0;
+  options.add = add_percent / 100.0;
+  options.resize = resize_percent / 100.0;
+  options.seed = seed;
+  return whatif::Perturb(trace, options);
 }
 
 struct Outcome {
@@ -121,18 +89,22 @@ TEST_F(PerturbationTest, DroppedAddedResizedRequestsCostOnlyThemselves) {
     Outcome o = ReplayWithPlan(perturbed, *plan_);
     EXPECT_EQ(o.corrupted, 0u);
     EXPECT_FALSE(o.replay.oom);
-    // About 9% of the requests changed; resynchronisation keeps the rest.
-    EXPECT_GT(HitRate(o.stats), 0.85)
-        << o.stats.plan_hits << " hits, " << o.stats.plan_misses << " misses";
-    // The loss is bounded (the unperturbed trace replays at > 99.5%). For
-    // reference, PyTorch's caching allocator on the same perturbed trace.
+    // About 9% of the requests changed: the matcher resynchronises, and
+    // where it cannot keep up the plan is suspended for the rest of the
+    // iteration (the dynamic space serves it). Either way the loss stays
+    // small: never below PyTorch's caching allocator on the same trace.
     CachingAllocator pytorch(CachingConfig{}, SimOptions{});
     StatusOr<ReplayResult> baseline = Replay(perturbed, pytorch);
     ASSERT_TRUE(baseline.ok());
-    std::printf("seed %llu: loom %.4f (hit rate %.4f), pytorch %.4f\n",
+    std::printf("seed %llu: loom %.4f (hit rate %.4f, %llu suspensions), "
+                "pytorch %.4f\n",
                 static_cast<unsigned long long>(seed), o.replay.efficiency(),
-                HitRate(o.stats), baseline->efficiency());
-    EXPECT_GT(o.replay.efficiency(), 0.80);
+                HitRate(o.stats),
+                static_cast<unsigned long long>(o.stats.plan_suspensions),
+                baseline->efficiency());
+    EXPECT_GT(o.stats.plan_hits, o.stats.plan_misses);
+    EXPECT_GE(o.replay.efficiency(), baseline->efficiency());
+    EXPECT_GT(o.replay.efficiency(), 0.95);
   }
 }
 

@@ -50,16 +50,19 @@ StatusOr<std::unique_ptr<Allocator>> Allocator::Create(
     return InvalidArgumentError(
         "arena size {} is not a multiple of the granularity {}", arena, g);
   }
-  std::unique_ptr<Allocator> allocator(new Allocator(driver, options, g, cap));
+  std::unique_ptr<Allocator> allocator(new Allocator(
+      driver, options, g, cap, RoundUp(std::max(props.total_bytes, g), g)));
   LOOM_RETURN_IF_ERROR(allocator->Init(arena));
   return allocator;
 }
 
 Allocator::Allocator(Driver& driver, AllocatorOptions options,
-                     uint64_t granularity, uint64_t cap_bytes)
+                     uint64_t granularity, uint64_t cap_bytes,
+                     uint64_t device_bytes)
     : driver_(driver),
       options_(options),
       granularity_(granularity),
+      device_bytes_(device_bytes),
       pool_(driver, options.device, granularity, cap_bytes,
             options.peer_devices),
       tracker_(driver, options.device) {}
@@ -67,8 +70,11 @@ Allocator::Allocator(Driver& driver, AllocatorOptions options,
 Status Allocator::Init(uint64_t arena_va_bytes) {
   LOOM_ASSIGN_OR_RETURN(
       arena_, Arena::Create(driver_, pool_, options_.device, arena_va_bytes));
+  trace_.header.device = options_.device;
+  trace_.header.granularity = granularity_;
   if (options_.record_capacity > 0) {
     recording_ = true;
+    record_capacity_ = options_.record_capacity;
     trace_.events.reserve(options_.record_capacity);
     trace_.header.device = options_.device;
     trace_.header.granularity = granularity_;
@@ -107,35 +113,39 @@ Allocator::~Allocator() {
     fmt::print(stderr, "loom: waiting for device {} before release failed: {}\n",
                options_.device, drained.ToString());
   }
-  matcher_.reset();
-  schedule_.reset();
+  active_ = nullptr;
+  variants_.clear();
   region_.reset();
   arena_.reset();
-  for (PageId id = 0; id < pool_.slots(); ++id) {
-    if (pool_.page(id).live) {
-      Status status = pool_.ReleasePage(id);
-      if (!status.ok()) {
-        fmt::print(stderr, "loom: releasing a page failed: {}\n",
-                   status.ToString());
-      }
-    }
+  Status released = pool_.ReleaseSpareChunks();
+  if (!released.ok()) {
+    fmt::print(stderr, "loom: releasing pages failed: {}\n",
+               released.ToString());
   }
 }
 
 bool Allocator::has_plan() const {
   std::lock_guard<FutexMutex> lock(mu_);
-  return region_ != nullptr;
+  return !variants_.empty();
 }
 
-Status Allocator::LoadPlan(RuntimePlan plan) {
+size_t Allocator::plan_variants() const {
   std::lock_guard<FutexMutex> lock(mu_);
-  if (region_ != nullptr)
-    return FailedPreconditionError("a plan is already installed");
+  return variants_.size();
+}
+
+Status Allocator::CheckPlan(const RuntimePlan& plan,
+                            uint64_t region_limit) const {
   if (plan.region_bytes == 0 || plan.region_bytes % granularity_ != 0) {
     return InvalidArgumentError(
         "plan region of {} bytes is not a positive multiple of the granularity "
         "{}",
         plan.region_bytes, granularity_);
+  }
+  if (plan.region_bytes > region_limit) {
+    return FailedPreconditionError(
+        "plan region of {} bytes exceeds the static region's {} bytes",
+        plan.region_bytes, region_limit);
   }
   auto check = [&](const std::vector<PlannedRequest>& seq,
                    std::string_view what) -> Status {
@@ -159,8 +169,7 @@ Status Allocator::LoadPlan(RuntimePlan plan) {
   LOOM_RETURN_IF_ERROR(check(plan.prologue, "prologue"));
   LOOM_RETURN_IF_ERROR(check(plan.iteration, "iteration"));
   if (plan.period < 0) return InvalidArgumentError("negative plan period");
-  const uint32_t granules =
-      static_cast<uint32_t>(plan.region_bytes / granularity_);
+  const uint64_t granules = plan.region_bytes / granularity_;
   for (const DynamicWindow& w : plan.windows) {
     for (uint32_t k : w.idle_granules) {
       if (k >= granules) {
@@ -169,55 +178,107 @@ Status Allocator::LoadPlan(RuntimePlan plan) {
       }
     }
   }
-  // Pages for the region: spare pages, then idle arena pages, then new ones.
-  std::vector<PageId> pages;
-  auto take_spare = [&] {
-    for (PageId id = 0; id < pool_.slots() && pages.size() < granules; ++id) {
-      const Page& p = pool_.page(id);
-      if (p.live && p.static_granule == kNoGranule &&
-          p.arena_granule == kNoGranule &&
-          std::find(pages.begin(), pages.end(), id) == pages.end()) {
-        pages.push_back(id);
-      }
+  return OkStatus();
+}
+
+Status Allocator::LoadPlan(RuntimePlan plan) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  if (!variants_.empty())
+    return FailedPreconditionError("a plan is already installed");
+  LOOM_RETURN_IF_ERROR(CheckPlan(plan, kMaxRequest));
+  // The region is backed lazily (static_region.h): installing it reserves
+  // address space only, enough for later variants too (the device's
+  // memory; address space costs nothing).
+  if (region_ == nullptr) {
+    StatusOr<std::unique_ptr<StaticRegion>> region = StaticRegion::Create(
+        driver_, pool_, options_.device,
+        std::max(plan.region_bytes, device_bytes_));
+    if (!region.ok()) {
+      return region.status().WithContext("building the static region");
     }
-  };
-  take_spare();
-  if (pages.size() < granules && arena_->mapped_granules() > 0) {
-    // Idle arena pages still fenced by queued work are waited for first.
-    LOOM_RETURN_IF_ERROR(DrainPages(arena_->IdlePages()));
-    LOOM_RETURN_IF_ERROR(arena_->UnmapIdle().status());
-    take_spare();
+    region_ = std::move(region).value();
+  } else if (plan.region_bytes > region_->bytes()) {
+    return FailedPreconditionError(
+        "plan region of {} bytes exceeds the static region's {} bytes",
+        plan.region_bytes, region_->bytes());
   }
-  std::vector<PageId> created;
-  while (pages.size() < granules) {
-    StatusOr<PageId> page = pool_.Grow();
-    if (!page.ok()) {
-      for (PageId id : created) pool_.ReleasePage(id).IgnoreError();
-      UpdateReserved();
-      return page.status().WithContext("building the static region");
-    }
-    created.push_back(*page);
-    pages.push_back(*page);
-  }
-  plan_ = std::make_unique<RuntimePlan>(std::move(plan));
-  StatusOr<std::unique_ptr<StaticRegion>> region =
-      StaticRegion::Create(driver_, pool_, options_.device, *plan_, pages);
-  if (!region.ok()) {
-    for (PageId id : created) {
-      if (pool_.page(id).static_granule == kNoGranule)
-        pool_.ReleasePage(id).IgnoreError();
-    }
-    plan_.reset();
-    UpdateReserved();
-    return region.status().WithContext("building the static region");
-  }
-  region_ = std::move(region).value();
-  matcher_ = std::make_unique<Matcher>(*plan_);
-  schedule_ = std::make_unique<PlanSchedule>(*plan_);
+  // Installed mid-run (after record mode): the arena's idle granules give
+  // their pages back, so the region is backed with them, not new ones.
+  LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
+  variants_.push_back(std::make_unique<Variant>(std::move(plan), granularity_));
+  active_ = variants_.back().get();
+  active_->last_used = stats_.iterations;
   // Installed mid-run (after record mode): start at the steady state.
-  if (next_request_id_ > 1) matcher_->JumpToIteration();
-  stats_.static_region_bytes = region_->bytes();
+  if (next_request_id_ > 1) active_->matcher.JumpToIteration();
+  stats_.static_region_bytes = active_->plan.region_bytes;
+  stats_.plan_variants = variants_.size();
   UpdateReserved();
+  return OkStatus();
+}
+
+Status Allocator::AddPlanVariant(RuntimePlan plan) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  if (variants_.empty() || region_ == nullptr) {
+    return FailedPreconditionError("no plan installed to add a variant to");
+  }
+  LOOM_RETURN_IF_ERROR(CheckPlan(plan, region_->bytes()));
+  if (variants_.size() >= kMaxVariants) {
+    // The variant unused the longest goes (its windows' learned lifetimes
+    // with it).
+    auto oldest = std::min_element(
+        variants_.begin(), variants_.end(),
+        [&](const auto& a, const auto& b) {
+          return (a.get() == active_ ? UINT64_MAX : a->last_used) <
+                 (b.get() == active_ ? UINT64_MAX : b->last_used);
+        });
+    for (const DynamicWindow& w : (*oldest)->plan.windows) lifetimes_.erase(&w);
+    if (window_ != nullptr) FindWindow();
+    variants_.erase(oldest);
+  }
+  LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
+  variants_.push_back(std::make_unique<Variant>(std::move(plan), granularity_));
+  active_ = variants_.back().get();
+  active_->last_used = stats_.iterations;
+  active_->matcher.JumpToIteration();
+  stats_.static_region_bytes =
+      std::max(stats_.static_region_bytes, active_->plan.region_bytes);
+  stats_.plan_variants = variants_.size();
+  FindWindow();
+  return OkStatus();
+}
+
+Status Allocator::FreeIdleArenaPages() {
+  if (arena_->mapped_granules() == 0) return OkStatus();
+  // Work queued before the frees that made them idle may still touch them.
+  LOOM_RETURN_IF_ERROR(DrainPages(arena_->IdlePages()));
+  LOOM_RETURN_IF_ERROR(arena_->UnmapIdle().status());
+  stats_.arena_mapped_bytes = arena_->mapped_granules() * granularity_;
+  return OkStatus();
+}
+
+Status Allocator::UnloadPlans() {
+  std::lock_guard<FutexMutex> lock(mu_);
+  if (region_ == nullptr) return OkStatus();
+  if (region_->occupied_bytes() != 0) {
+    return FailedPreconditionError(
+        "{} bytes of static allocations are live: the plans stay",
+        region_->occupied_bytes());
+  }
+  // The region's mappings go: wait for the work that may still use them.
+  std::vector<PageId> pages;
+  for (uint32_t k = 0; k < region_->backed_extent(); ++k) {
+    if (region_->page(k) != kNoPage) pages.push_back(region_->page(k));
+  }
+  LOOM_RETURN_IF_ERROR(DrainPages(pages));
+  window_ = nullptr;
+  lifetimes_.clear();
+  active_ = nullptr;
+  variants_.clear();
+  region_.reset();
+  stats_.static_region_bytes = 0;
+  stats_.static_backed_bytes = 0;
+  stats_.plan_variants = 0;
+  ++stats_.plans_unloaded;
   return OkStatus();
 }
 
@@ -258,10 +319,12 @@ std::vector<PageId> Allocator::PagesOf(const PlannedRequest& entry) const {
   std::vector<PageId> pages;
   const uint64_t g = granularity_;
   const uint64_t begin = static_cast<uint64_t>(entry.offset);
+  if (region_ == nullptr) return pages;
   const uint64_t end = begin + entry.size;
   // Only granules the entry covers whole: its edges may be shared.
   for (uint64_t k = (begin + g - 1) / g; (k + 1) * g <= end; ++k) {
-    if (k < region_->granule_count()) {
+    if (k < region_->granule_count() &&
+        region_->page(static_cast<uint32_t>(k)) != kNoPage) {
       pages.push_back(region_->page(static_cast<uint32_t>(k)));
     }
   }
@@ -302,11 +365,12 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     const int64_t until = DynamicUntil(&birth);
     learned = birth.window != nullptr;
     ptr = ServeUnforeseen(size, stream, until, {}, &where);
-  } else if (matcher_ != nullptr) {
-    Matcher::Match match = matcher_->Next(size);
+  } else if (active_ != nullptr && !fit_.suspended()) {
+    Matcher::Match match = MatchRequest(size);
     if (match.entry == nullptr) {
       ++stats_.plan_misses;
       ++iteration_misses_;
+      if (fit_.Record(false)) ++stats_.plan_suspensions;
       ptr = ServeUnforeseen(size, stream, ExtraUntil(), {}, &where);
     } else if (match.entry->offset == kUnplanned) {
       ++stats_.unplanned;
@@ -323,6 +387,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
         // The hot path: a hit, recorded without going through a StatusOr.
         ++stats_.plan_hits;
         ++iteration_hits_;
+        fit_.Record(true);
         live_.Insert(*planned,
                      Allocation{size, stream, Where::kStatic, false, false,
                                 request_id});
@@ -334,6 +399,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       } else {
         ++stats_.plan_misses;
         ++iteration_misses_;
+        if (fit_.Record(false)) ++stats_.plan_suspensions;
         // The entry's planned lifetime is this request's expected one; its
         // own pages are idle for it (the plan reserved them for it).
         ptr = ServeUnforeseen(size, stream, ExpectedEnd(*match.entry),
@@ -341,6 +407,9 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       }
     }
   } else {
+    // No plan, or the plan does not fit this iteration (suspended): the
+    // dynamic space, which may take any idle static page.
+    if (active_ != nullptr) ++stats_.suspended_requests;
     ptr = AllocateInArena(size, stream, -1);
   }
   if (!ptr.ok()) return ptr.status();
@@ -357,15 +426,53 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
   return ptr;
 }
 
+Matcher::Match Allocator::MatchRequest(uint64_t size) {
+  if (variants_.size() == 1 || probed_ >= kProbeRequests ||
+      active_->matcher.in_prologue()) {
+    return active_->matcher.Next(size);
+  }
+  // The iteration's first requests: every variant follows them; the one
+  // that matched the most serves (the active one keeps serving on a tie).
+  ++probed_;
+  std::vector<Matcher::Match> matches(variants_.size());
+  for (size_t i = 0; i < variants_.size(); ++i) {
+    Variant& v = *variants_[i];
+    matches[i] = v.matcher.Next(size);
+    if (matches[i].entry != nullptr && !matches[i].near) ++v.probe_hits;
+  }
+  size_t best = 0, current = 0;
+  for (size_t i = 0; i < variants_.size(); ++i) {
+    if (variants_[i].get() == active_) current = i;
+  }
+  best = current;
+  for (size_t i = 0; i < variants_.size(); ++i) {
+    if (variants_[i]->probe_hits > variants_[best]->probe_hits) best = i;
+  }
+  const Matcher::Match& mine = matches[current];
+  if (best != current && (mine.entry == nullptr || mine.near)) {
+    // Another variant has matched this iteration's first requests better
+    // (its cursor followed the same requests): it serves from now on.
+    active_ = variants_[best].get();
+    active_->last_used = stats_.iterations;
+    ++stats_.variant_switches;
+    stats_.static_region_bytes =
+        std::max(stats_.static_region_bytes, active_->plan.region_bytes);
+    FindWindow();
+    return matches[best];
+  }
+  return mine;
+}
+
 int64_t Allocator::ExpectedEnd(const PlannedRequest& entry) const {
   // The entry's planned end (an early iteration's entry carries its steady
   // twin's times), unless it lives a whole period (a persistent buffer).
-  if (plan_ == nullptr || entry.end - entry.start >= plan_->period) return -1;
+  if (active_ == nullptr || entry.end - entry.start >= active_->plan.period)
+    return -1;
   return entry.end;
 }
 
 int64_t Allocator::ExtraUntil() const {
-  if (matcher_ == nullptr || plan_ == nullptr || plan_->period <= 0) return -1;
+  if (active_ == nullptr || active_->plan.period <= 0) return -1;
   // A request the plan did not foresee is expected to live a fraction of an
   // iteration (as a temporary does); if it lives longer, a planned request
   // that finds its bytes taken misses and is placed elsewhere.
@@ -376,18 +483,14 @@ StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
                                                int64_t until,
                                                std::vector<PageId> preferred,
                                                Where* where) {
-  if (region_ != nullptr && schedule_ != nullptr && until >= 0 &&
-      matcher_ != nullptr && !matcher_->in_setup()) {
+  const PlanSchedule* plan_schedule = schedule();
+  if (plan_schedule != nullptr && until >= 0 &&
+      !active_->matcher.in_setup()) {
     // Bytes of the static region the plan leaves idle until `until`:
     // checked free now by the same safety check as a planned hand-out.
-    for (uint64_t offset :
-         schedule_->IdleRanges(size, matcher_->now(), until, 8)) {
-      if (region_->TryOccupy(offset, size,
-                             [&](Page& page, uint32_t lo, uint32_t hi) {
-                               return page.arena_users == 0 &&
-                                      FencesAllow(page, lo, hi, stream,
-                                                  tracker_);
-                             })) {
+    for (uint64_t offset : plan_schedule->IdleRanges(
+             size, active_->matcher.now(), until, 8)) {
+      if (OccupyStatic(offset, size, stream)) {
         ++stats_.idle_static_placements;
         *where = Where::kStatic;
         return region_->base() + offset;
@@ -400,17 +503,41 @@ StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
 
 std::optional<DevicePtr> Allocator::TryStatic(const PlannedRequest& entry,
                                               uint64_t size, Stream stream) {
-  // The safety check: the planned bytes must be free right now, and their
-  // pages neither lent to the arena nor awaiting another stream's work.
   const uint64_t offset = static_cast<uint64_t>(entry.offset);
-  if (!region_->TryOccupy(offset, size,
-                          [&](Page& page, uint32_t lo, uint32_t hi) {
-                            return page.arena_users == 0 &&
-                                   FencesAllow(page, lo, hi, stream, tracker_);
-                          })) {
-    return std::nullopt;
-  }
+  if (!OccupyStatic(offset, size, stream)) return std::nullopt;
   return region_->base() + offset;
+}
+
+bool Allocator::OccupyStatic(uint64_t offset, uint64_t size, Stream stream) {
+  // The safety check: the bytes must be free right now, and their pages
+  // neither lent to the arena nor awaiting another stream's work.
+  StaticRegion::Occupied occupied = region_->TryOccupy(
+      offset, size, [&](Page& page, uint32_t lo, uint32_t hi) {
+        return page.arena_users == 0 &&
+               FencesAllow(page, lo, hi, stream, tracker_);
+      });
+  if (occupied == StaticRegion::Occupied::kYes) return true;
+  if (occupied == StaticRegion::Occupied::kNo) return false;
+  return BackStatic(offset, size, stream);
+}
+
+bool Allocator::BackStatic(uint64_t offset, uint64_t size, Stream stream) {
+  // First use of a granule: pages for it (warm-up, or a new plan).
+  StaticBacking source(pool_, tracker_, *arena_, stream,
+                       [this] { UpdateReserved(); });
+  // Pages to spare go to the next granules the plan uses.
+  const uint32_t limit =
+      active_ != nullptr
+          ? static_cast<uint32_t>(active_->plan.region_bytes / granularity_)
+          : 0;
+  Status backed = region_->Back(offset, size, source, limit);
+  UpdateReserved();
+  stats_.static_backed_bytes = region_->backed_bytes();
+  if (backed.ok()) return true;
+  // No page for it: the request is served elsewhere (and runs into the
+  // out-of-memory path there if memory is exhausted).
+  region_->Release(offset, size, FreeTag{});
+  return false;
 }
 
 StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
@@ -419,13 +546,14 @@ StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
   RequestContext context;
   context.stream = stream;
   context.until = until;
-  if (matcher_ != nullptr) {
-    context.now = matcher_->now();
-    context.in_setup = matcher_->in_setup();
+  if (active_ != nullptr) {
+    context.now = active_->matcher.now();
+    context.in_setup = active_->matcher.in_setup();
   }
   context.preferred = std::move(preferred);
-  LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), context,
-                       [this] { UpdateReserved(); });
+  const PlanSchedule* plan_schedule = schedule();
+  LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), plan_schedule,
+                       context, [this] { UpdateReserved(); });
   StatusOr<DevicePtr> ptr = arena_->Allocate(size, stream, until, policy);
   if (!ptr.ok() && ptr.status().code() == StatusCode::kOutOfMemory) {
     // Release what is cached and try once more (PyTorch's OOM retry).
@@ -433,7 +561,8 @@ StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
     Status released = EmptyCacheLocked();
     if (released.ok()) {
       LendingPolicy retry(pool_, tracker_, *arena_, region_.get(),
-                          std::move(context), [this] { UpdateReserved(); });
+                          plan_schedule, std::move(context),
+                          [this] { UpdateReserved(); });
       ptr = arena_->Allocate(size, stream, until, retry);
     }
   }
@@ -571,24 +700,13 @@ Status Allocator::EmptyCacheLocked() {
   // them: wait for it first (PyTorch synchronises before it frees too).
   std::vector<PageId> pages = arena_->IdlePages();
   for (PageId id = 0; id < pool_.slots(); ++id) {
-    const Page& p = pool_.page(id);
-    if (p.live && p.static_granule == kNoGranule &&
-        p.arena_granule == kNoGranule) {
-      pages.push_back(id);
-    }
+    if (pool_.page(id).spare()) pages.push_back(id);
   }
   LOOM_RETURN_IF_ERROR(DrainPages(pages));
   LOOM_ASSIGN_OR_RETURN(std::vector<PageId> unmapped, arena_->UnmapIdle());
   (void)unmapped;
-  Status result;
-  for (PageId id = 0; id < pool_.slots(); ++id) {
-    Page& p = pool_.page(id);
-    if (!p.live || p.static_granule != kNoGranule ||
-        p.arena_granule != kNoGranule)
-      continue;
-    Status status = pool_.ReleasePage(id);
-    if (!status.ok()) result = status;
-  }
+  // Whole chunks go back; a chunk with a page still mapped stays.
+  Status result = pool_.ReleaseSpareChunks();
   UpdateReserved();
   stats_.arena_mapped_bytes = arena_->mapped_granules() * granularity_;
   return result;

@@ -8,6 +8,14 @@
 // virtual slots. Without a plan (record mode) everything is served by the
 // arena, and every call can be recorded as a loom trace.
 //
+// Plans that do not fit: a FitMonitor judges every iteration; a plan that
+// misses most requests (a foreign plan, a shape of iteration it never saw)
+// is suspended for the rest of the iteration: everything goes to the arena,
+// which may then take any idle static page. Several plans (variants, one
+// per shape of iteration: AddPlanVariant) share one static region; each
+// iteration is served by the variant whose entries match its first
+// requests. UnloadPlans gives the region's pages back to the dynamic space.
+//
 // Invariant, checked by CheckInvariants and by every randomized test: no
 // physical byte belongs to two live allocations (a page serves static and
 // arena allocations never at the same time; within each, live ranges never
@@ -45,6 +53,7 @@
 #include "vmm/allocator_stats.h"
 #include "vmm/arena.h"
 #include "vmm/driver.h"
+#include "vmm/fit_monitor.h"
 #include "vmm/flat_map.h"
 #include "vmm/lending_policy.h"
 #include "vmm/futex_mutex.h"
@@ -88,11 +97,25 @@ class Allocator {
   // to the driver's bookkeeping and reported).
   ~Allocator();
 
-  // Installs a plan: builds the static region (from idle pages first). Live
-  // allocations stay valid where they are. FAILED_PRECONDITION if a plan is
-  // already installed; INVALID_ARGUMENT for an inconsistent plan.
+  // Installs a plan: reserves the static region (backed lazily, from idle
+  // pages first, as planned requests arrive). Live allocations stay valid
+  // where they are. FAILED_PRECONDITION if a plan is already installed;
+  // INVALID_ARGUMENT for an inconsistent plan.
   Status LoadPlan(RuntimePlan plan);
+  // Adds another variant next to the installed plan(s): the plan of another
+  // shape of iteration, laid out in the same region; it serves the next
+  // iteration and, from then on, any iteration whose first requests match
+  // it best. At most kMaxVariants are kept (the least recently used one
+  // goes). FAILED_PRECONDITION without an installed plan or with a region
+  // too small; INVALID_ARGUMENT for an inconsistent plan.
+  Status AddPlanVariant(RuntimePlan plan);
+  // Removes every plan and gives the static region's pages back to the
+  // dynamic space (after waiting for the work that may still use them).
+  // FAILED_PRECONDITION while a static allocation is live.
+  Status UnloadPlans();
   bool has_plan() const;
+  size_t plan_variants() const;
+  static constexpr size_t kMaxVariants = 8;
 
   // Serves `size` bytes on `stream`. OUT_OF_MEMORY (nothing leaked) when the
   // cap or the device is exhausted even after releasing cached memory.
@@ -135,12 +158,27 @@ class Allocator {
   plan::Trace TakeTrace();
   // A copy of everything recorded so far (record mode).
   plan::Trace RecordedTrace() const;
+  // Starts recording now (a buffer of `capacity` events), e.g. to re-plan a
+  // new shape: frees of requests made before are not recorded, so the
+  // trace is valid on its own. No effect while recording.
+  void StartRecording(size_t capacity);
   // Stops recording and frees the record buffer.
   void StopRecording();
+  bool recording() const;
 
   // Virtual ranges backed by physical memory (static region and mapped arena
   // granules), sorted: (address, size).
   std::vector<std::pair<DevicePtr, uint64_t>> MappedRanges() const;
+
+  // What every page held is doing now (diagnostics: where memory goes).
+  struct PageCensus {
+    uint64_t static_live = 0;   // backing live static allocations
+    uint64_t static_idle = 0;   // a backed static granule, nothing live on it
+    uint64_t arena_live = 0;    // under live arena allocations
+    uint64_t arena_idle = 0;    // mapped in the arena only, nothing live
+    uint64_t spare = 0;         // mapped nowhere
+  };
+  PageCensus Census() const;
 
   // Where the bytes of a live allocation are, physically (tests, replay).
   std::vector<PhysicalExtent> PhysicalExtents(DevicePtr ptr) const;
@@ -192,14 +230,44 @@ class Allocator {
     std::vector<Event> events;  // recorded at the free on the other streams
   };
 
+  // One installed plan: the layout of one shape of iteration.
+  struct Variant {
+    Variant(RuntimePlan p, uint64_t granularity)
+        : plan(std::move(p)), matcher(plan), schedule(plan, granularity) {}
+    RuntimePlan plan;
+    Matcher matcher;  // refers to `plan`: a Variant never moves
+    PlanSchedule schedule;
+    uint32_t probe_hits = 0;    // exact matches among this iteration's first
+    uint64_t last_used = 0;     // iteration it last served
+  };
+  // How many of an iteration's first requests every variant is matched
+  // against, to pick the one that serves it.
+  static constexpr uint32_t kProbeRequests = 16;
+
   Allocator(Driver& driver, AllocatorOptions options, uint64_t granularity,
-            uint64_t cap_bytes);
+            uint64_t cap_bytes, uint64_t device_bytes);
+  Status CheckPlan(const RuntimePlan& plan, uint64_t region_limit) const;
+  // The matcher's entry for a request of `size`, from the active variant
+  // (switching to another one if the iteration's first requests say so).
+  Matcher::Match MatchRequest(uint64_t size);
+  // The active plan, its matcher and schedule (null without a plan in
+  // force: none installed, or suspended for this iteration).
+  const PlanSchedule* schedule() const {
+    return active_ != nullptr && !fit_.suspended() ? &active_->schedule
+                                                   : nullptr;
+  }
   Status Init(uint64_t arena_va_bytes);
 
   StatusOr<DevicePtr> AllocateLocked(uint64_t size, Stream stream);
   // The planned range if it can be handed out now (the safety check).
   std::optional<DevicePtr> TryStatic(const PlannedRequest& entry, uint64_t size,
                                      Stream stream);
+  // Occupies static bytes [offset, offset + size) if the safety check
+  // allows, backing granules used for the first time.
+  bool OccupyStatic(uint64_t offset, uint64_t size, Stream stream);
+  // Backs a range TryOccupy occupied; on failure releases it, false.
+  [[gnu::noinline]] bool BackStatic(uint64_t offset, uint64_t size,
+                                    Stream stream);
   // A request the plan did not place (a miss, an extra request, a dynamic
   // module's), expected to end at iteration time `until` (-1: unknown):
   // bytes of the static region idle until then if there are, else the
@@ -244,6 +312,9 @@ class Allocator {
                   const FreeTag& tag);
   void ProcessPendingFrees();
   Status EmptyCacheLocked();
+  // Unmaps the arena's idle granules (after their work): their pages are
+  // spare, for a plan's region to take.
+  Status FreeIdleArenaPages();
   // Before `pages` are unmapped or remapped (lending_policy.h).
   Status DrainPages(const std::vector<PageId>& pages) {
     return DrainFences(pool_, tracker_, pages);
@@ -266,13 +337,16 @@ class Allocator {
   const AllocatorOptions options_;
   const uint64_t granularity_;
 
+  const uint64_t device_bytes_;  // the device's memory (region address space)
+
   mutable FutexMutex mu_;
   PagePool pool_;
   std::unique_ptr<Arena> arena_;
-  std::unique_ptr<RuntimePlan> plan_;
   std::unique_ptr<StaticRegion> region_;
-  std::unique_ptr<Matcher> matcher_;
-  std::unique_ptr<PlanSchedule> schedule_;
+  std::vector<std::unique_ptr<Variant>> variants_;
+  Variant* active_ = nullptr;  // serves the current iteration
+  uint32_t probed_ = 0;        // requests of this iteration probed so far
+  FitMonitor fit_;
   FlatMap<Allocation> live_;
   std::unordered_map<DevicePtr, std::vector<Stream>> extra_streams_;
   std::vector<PendingFree> pending_;
@@ -295,6 +369,8 @@ class Allocator {
   uint64_t iteration_misses_ = 0;
   AllocatorStats stats_;
   bool recording_ = false;
+  uint64_t record_from_id_ = 0;  // requests before it are not recorded
+  size_t record_capacity_ = 0;
   plan::Trace trace_;
 };
 

@@ -58,9 +58,32 @@ std::vector<PhysicalExtent> Allocator::ExtentsLocked(
 std::vector<std::pair<DevicePtr, uint64_t>> Allocator::MappedRanges() const {
   std::lock_guard<FutexMutex> lock(mu_);
   std::vector<std::pair<DevicePtr, uint64_t>> out = arena_->MappedRanges();
-  if (region_ != nullptr) out.emplace_back(region_->base(), region_->bytes());
+  if (region_ != nullptr) {
+    for (const auto& range : region_->MappedRanges()) out.push_back(range);
+  }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+Allocator::PageCensus Allocator::Census() const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  PageCensus c;
+  for (PageId id = 0; id < pool_.slots(); ++id) {
+    const Page& p = pool_.page(id);
+    if (!p.live) continue;
+    if (p.static_users > 0) {
+      ++c.static_live;
+    } else if (p.arena_users > 0) {
+      ++c.arena_live;
+    } else if (p.static_granule != kNoGranule) {
+      ++c.static_idle;
+    } else if (p.arena_granule != kNoGranule) {
+      ++c.arena_idle;
+    } else {
+      ++c.spare;
+    }
+  }
+  return c;
 }
 
 std::vector<PhysicalExtent> Allocator::PhysicalExtents(DevicePtr ptr) const {

@@ -15,7 +15,15 @@ void Allocator::IterationBegin(uint64_t number) {
   iteration_hits_ = 0;
   iteration_misses_ = 0;
   ++stats_.iterations;
-  if (matcher_ != nullptr) matcher_->IterationBegin();
+  fit_.IterationBegin();
+  stats_.suspended_iterations = fit_.suspended_iterations();
+  stats_.last_iteration_suspended = fit_.last_iteration_suspended();
+  probed_ = 0;
+  for (const std::unique_ptr<Variant>& v : variants_) {
+    v->matcher.IterationBegin();
+    v->probe_hits = 0;
+  }
+  if (active_ != nullptr) active_->last_used = stats_.iterations;
 }
 
 void Allocator::IterationEnd(uint64_t number) {
@@ -51,14 +59,14 @@ void Allocator::ModuleExit(std::string_view name) {
 void Allocator::FindWindow() {
   window_ = nullptr;
   window_ordinal_ = 0;
-  if (plan_ == nullptr || dynamic_modules_.empty()) return;
+  if (active_ == nullptr || dynamic_modules_.empty()) return;
   // The window of the innermost dynamic module in the current phase (where
   // its requests open: a forward request lives until the backward, a
   // backward one briefly), else of the module in any phase (plans without
   // phase keys).
   const std::string& module = dynamic_modules_.back();
   const std::string keyed = module + "@" + phase_;
-  for (const DynamicWindow& w : plan_->windows) {
+  for (const DynamicWindow& w : active_->plan.windows) {
     if (w.module == keyed) {
       window_ = &w;
       return;
@@ -68,10 +76,10 @@ void Allocator::FindWindow() {
 }
 
 int64_t Allocator::DynamicUntil(DynamicBirth* birth) {
-  if (window_ == nullptr || matcher_ == nullptr) return ExtraUntil();
+  if (window_ == nullptr || active_ == nullptr) return ExtraUntil();
   birth->window = window_;
   birth->ordinal = window_ordinal_++;
-  birth->time = matcher_->now();
+  birth->time = active_->matcher.now();
   birth->iteration = stats_.iterations;
   auto it = lifetimes_.find(window_);
   if (it != lifetimes_.end() && birth->ordinal < it->second.size() &&
@@ -82,12 +90,16 @@ int64_t Allocator::DynamicUntil(DynamicBirth* birth) {
 }
 
 void Allocator::LearnDynamicLifetime(const DynamicBirth& birth) {
-  if (matcher_ == nullptr || plan_ == nullptr || plan_->period <= 0) return;
+  if (active_ == nullptr || active_->plan.period <= 0) return;
+  // Only within the variant the request was born in (times are its own).
+  bool same = false;
+  for (const DynamicWindow& w : active_->plan.windows) same |= &w == birth.window;
+  if (!same) return;
+  const int64_t period = active_->plan.period;
   const int64_t lifetime =
-      static_cast<int64_t>(stats_.iterations - birth.iteration) *
-          plan_->period +
-      matcher_->now() - birth.time;
-  if (lifetime <= 0 || lifetime > plan_->period) return;  // not comparable
+      static_cast<int64_t>(stats_.iterations - birth.iteration) * period +
+      active_->matcher.now() - birth.time;
+  if (lifetime <= 0 || lifetime > period) return;  // not comparable
   std::vector<int64_t>& known = lifetimes_[birth.window];
   if (known.size() <= birth.ordinal) known.resize(birth.ordinal + 1, 0);
   known[birth.ordinal] = lifetime;
@@ -95,7 +107,9 @@ void Allocator::LearnDynamicLifetime(const DynamicBirth& birth) {
 
 void Allocator::Record(const plan::Event& event) {
   if (!recording_) return;
-  if (trace_.events.size() >= options_.record_capacity) {
+  // A request made before recording began: its free is not recorded.
+  if (event.kind == plan::EventKind::kFree && event.id < record_from_id_) return;
+  if (trace_.events.size() >= record_capacity_) {
     stats_.trace_truncated = true;
     return;
   }
@@ -109,13 +123,33 @@ plan::Trace Allocator::TakeTrace() {
   trace_ = plan::Trace();
   trace_.header = out.header;
   trace_.names = out.names;  // later events keep using the same name ids
-  if (recording_) trace_.events.reserve(options_.record_capacity);
+  if (recording_) trace_.events.reserve(record_capacity_);
   return out;
 }
 
 plan::Trace Allocator::RecordedTrace() const {
   std::lock_guard<FutexMutex> lock(mu_);
   return trace_;
+}
+
+void Allocator::StartRecording(size_t capacity) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  if (recording_ || capacity == 0) return;
+  recording_ = true;
+  record_capacity_ = capacity;
+  record_from_id_ = next_request_id_;
+  stats_.trace_truncated = false;
+  plan::Trace fresh;
+  fresh.header = trace_.header;
+  fresh.header.provenance = "loom re-recording";
+  trace_ = std::move(fresh);
+  trace_.events.reserve(capacity);
+  stats_.trace_events = 0;
+}
+
+bool Allocator::recording() const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  return recording_;
 }
 
 void Allocator::StopRecording() {

@@ -38,7 +38,15 @@ std::string AllocatorStats::ToJson() const {
   w.Key("loom.idle_static_placements").Uint(idle_static_placements);
   w.Key("loom.iterations").Uint(iterations);
   w.Key("loom.last_iteration_hit_rate").Double(last_iteration_hit_rate);
+  w.Key("loom.plan_variants").Uint(plan_variants);
+  w.Key("loom.plans_unloaded").Uint(plans_unloaded);
+  w.Key("loom.plan_suspensions").Uint(plan_suspensions);
+  w.Key("loom.suspended_iterations").Uint(suspended_iterations);
+  w.Key("loom.last_iteration_suspended").Bool(last_iteration_suspended);
+  w.Key("loom.suspended_requests").Uint(suspended_requests);
+  w.Key("loom.variant_switches").Uint(variant_switches);
   w.Key("loom.static_region_bytes").Uint(static_region_bytes);
+  w.Key("loom.static_backed_bytes").Uint(static_backed_bytes);
   w.Key("loom.arena_mapped_bytes").Uint(arena_mapped_bytes);
   w.Key("loom.arena_maps").Uint(arena_maps);
   w.Key("loom.graph_pool_bytes").Uint(graph_pool_bytes);

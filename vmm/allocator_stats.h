@@ -58,7 +58,18 @@ struct AllocatorStats {
   uint64_t idle_static_placements = 0;
   uint64_t iterations = 0;        // iteration-begin markers seen
   double last_iteration_hit_rate = -1;  // -1 until an iteration completes
+  // Plans: variants installed, plans unloaded, how often the plan did not
+  // fit (suspensions), iterations that ended suspended (and whether the
+  // last one did), requests served while suspended, variant switches.
+  uint64_t plan_variants = 0;
+  uint64_t plans_unloaded = 0;
+  uint64_t plan_suspensions = 0;
+  uint64_t suspended_iterations = 0;
+  bool last_iteration_suspended = false;
+  uint64_t suspended_requests = 0;
+  uint64_t variant_switches = 0;
   uint64_t static_region_bytes = 0;
+  uint64_t static_backed_bytes = 0;  // granules of the region backed so far
   uint64_t arena_mapped_bytes = 0;
   uint64_t arena_maps = 0;       // granules mapped into the arena
   uint64_t graph_pool_bytes = 0;  // freed by graph allocations, kept for them

@@ -112,9 +112,10 @@ Status Arena::MapGranule(uint64_t granule, PageId id) {
   Page& page = pool_.page(id);
   LOOM_CHECK(page.live && page.arena_granule == kNoGranule);
   LOOM_RETURN_IF_ERROR(
-      driver_.Map(base_ + granule * granularity_, granularity_, page.handle));
+      pool_.MapRun(base_ + granule * granularity_, PageRun{id, 1}));
   page.arena_granule = static_cast<uint32_t>(granule);
   granule_page_[granule] = id;
+  mapped_extent_ = std::max(mapped_extent_, granule + 1);
   ++mapped_granules_;
   ++maps_;
   return OkStatus();
@@ -263,7 +264,7 @@ void Arena::Free(DevicePtr ptr, uint64_t size, std::span<const FreeTag> tags) {
 StatusOr<PageId> Arena::ReclaimIdle(
     const std::function<bool(PageId)>& wanted,
     const std::function<Status(PageId)>& prepare) {
-  for (uint64_t k = 0; k < granule_page_.size(); ++k) {
+  for (uint64_t k = 0; k < mapped_extent_; ++k) {
     PageId id = granule_page_[k];
     if (id == kNoPage || (k >= placing_first_ && k <= placing_last_)) continue;
     Page& page = pool_.page(id);
@@ -281,7 +282,8 @@ StatusOr<PageId> Arena::ReclaimIdle(
 
 std::vector<PageId> Arena::IdlePages() const {
   std::vector<PageId> out;
-  for (PageId id : granule_page_) {
+  for (uint64_t k = 0; k < mapped_extent_; ++k) {
+    const PageId id = granule_page_[k];
     if (id != kNoPage && pool_.page(id).arena_users == 0) out.push_back(id);
   }
   return out;
@@ -290,7 +292,7 @@ std::vector<PageId> Arena::IdlePages() const {
 StatusOr<std::vector<PageId>> Arena::UnmapIdle() {
   std::vector<PageId> unmapped;
   uint64_t k = 0;
-  const uint64_t n = granule_page_.size();
+  const uint64_t n = mapped_extent_;
   while (k < n) {
     if (granule_page_[k] == kNoPage ||
         pool_.page(granule_page_[k]).arena_users != 0) {
@@ -319,7 +321,7 @@ StatusOr<std::vector<PageId>> Arena::UnmapIdle() {
 
 std::vector<std::pair<DevicePtr, uint64_t>> Arena::MappedRanges() const {
   std::vector<std::pair<DevicePtr, uint64_t>> out;
-  for (uint64_t k = 0; k < granule_page_.size(); ++k) {
+  for (uint64_t k = 0; k < mapped_extent_; ++k) {
     if (granule_page_[k] == kNoPage) continue;
     DevicePtr at = base_ + k * granularity_;
     if (!out.empty() && out.back().first + out.back().second == at) {

@@ -145,6 +145,7 @@ class Arena {
   uint64_t maps_ = 0;
   uint64_t unmaps_ = 0;
   static constexpr uint64_t kNoPlace = ~uint64_t{0};
+  uint64_t mapped_extent_ = 0;  // one past the highest granule ever mapped
   uint64_t placing_first_ = kNoPlace;  // granules being mapped by Allocate
   uint64_t placing_last_ = kNoPlace;
 };

@@ -35,17 +35,59 @@ Status DrainFences(PagePool& pool, StreamTracker& tracker,
   return OkStatus();
 }
 
+bool StaticBacking::Free(PageId id) {
+  return FencesAllow(pool_.page(id), 0,
+                     static_cast<uint32_t>(pool_.granularity()), stream_,
+                     tracker_);
+}
+
+StatusOr<PageRun> StaticBacking::Take(uint32_t wanted, uint32_t max) {
+  // 1. Spare pages, the longest run of them up to `wanted`.
+  PageRun best;
+  for (PageId id = 0; id < pool_.slots() && best.count < wanted; ++id) {
+    if (!pool_.page(id).spare() || !Free(id)) continue;
+    uint32_t n = 1;
+    while (n < wanted && pool_.SpareRunFrom(id + n, 1) == 1 &&
+           pool_.SameChunkRun(id, n + 1) && Free(id + n)) {
+      ++n;
+    }
+    if (n > best.count) best = PageRun{id, n};
+    id += n - 1;
+  }
+  if (best.count > 0) return best;
+  // 2. A page cached idle in an arena granule, unmapped there (after
+  // waiting for its work): memory the arena holds but does not use now,
+  // taken before new memory is. (Warm-up only: a region's granules are
+  // backed once.)
+  StatusOr<PageId> reclaimed = arena_.ReclaimIdle(
+      [&](PageId id) { return pool_.page(id).static_granule == kNoGranule; },
+      [&](PageId id) { return DrainFences(pool_, tracker_, {id}); });
+  if (reclaimed.ok()) return PageRun{*reclaimed, 1};
+  // 3. A new chunk.
+  const uint32_t chunk = std::min(max, std::max(wanted, kChunkPages));
+  StatusOr<PageRun> grown = pool_.GrowRun(chunk);
+  if (grown.ok()) {
+    on_grow_();
+    return grown;
+  }
+  return grown.status();
+}
+
 int64_t LendingPolicy::Needed() const {
   // Unknown lifetime (an extra request): it may live for ever, and a static
   // page lent for ever would make its planned owner miss every iteration.
   // Only granules the plan never uses qualify.
-  if (context_.until < 0) return StaticRegion::kNever;
+  if (context_.until < 0) return PlanSchedule::kNever;
   return std::max<int64_t>(context_.until - context_.now, 0);
 }
 
+int64_t LendingPolicy::IdleFor(uint32_t granule) const {
+  if (schedule_ == nullptr) return PlanSchedule::kNever;
+  return schedule_->TimeToNextUse(granule, context_.now, context_.in_setup);
+}
+
 bool LendingPolicy::Lendable(uint32_t granule) const {
-  return region_->TimeToNextUse(granule, context_.now, context_.in_setup) >=
-         Needed();
+  return IdleFor(granule) >= Needed();
 }
 
 bool LendingPolicy::Preferred(PageId id) const {
@@ -92,12 +134,12 @@ StatusOr<PageId> LendingPolicy::Acquire(uint32_t lo, uint32_t hi,
   PageId best = kNoPage;
   int64_t best_distance = -1;
   if (region_ != nullptr) {
-    for (uint32_t k = 0; k < region_->granule_count(); ++k) {
+    for (uint32_t k = 0; k < region_->backed_extent(); ++k) {
       PageId id = region_->page(k);
+      if (id == kNoPage) continue;  // not backed
       Page& p = pool_.page(id);
       if (p.arena_granule != kNoGranule || p.static_users != 0) continue;
-      int64_t distance =
-          region_->TimeToNextUse(k, context_.now, context_.in_setup);
+      int64_t distance = IdleFor(k);
       if (distance <= best_distance ||
           !FencesAllow(p, lo, hi, stream, tracker_)) {
         continue;

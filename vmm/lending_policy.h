@@ -14,7 +14,10 @@
 //  - a static page (idle now) is lent only if its next planned use is later
 //    than the request's expected end, so its planned owner finds it free; a
 //    request of unknown lifetime gets only pages the plan never uses; the
-//    pages the request's own plan entry reserved are always fine;
+//    pages the request's own plan entry reserved are always fine; without a
+//    schedule (the plan is suspended: it does not fit this iteration) every
+//    idle static page may be lent (a planned owner that finds its page
+//    taken is served elsewhere: the safety check);
 //  - Acquire's order: the entry's own pages, a spare page, the idle static
 //    page unused the longest (if long enough), a new page, a spare page
 //    reclaimed from another arena granule (after waiting for its work), and
@@ -28,6 +31,7 @@
 
 #include "vmm/arena.h"
 #include "vmm/page_pool.h"
+#include "vmm/plan_schedule.h"
 #include "vmm/static_region.h"
 #include "vmm/stream_tracker.h"
 
@@ -62,17 +66,55 @@ struct RequestContext {
   std::vector<PageId> preferred;
 };
 
+// Pages for static granules a planned allocation occupies for the first time
+// (StaticRegion::Back), for a request on `stream`. Order: a run of spare
+// pages; a page reclaimed from an idle arena granule (unmapped there after
+// its work: memory held but unused is taken before new memory); a new
+// chunk (up to `max` pages, the extra ones backing the granules after the
+// range: the plan uses them soon). Idle arena pages are not mapped into
+// the region while staying in the arena: a page serving both sides in turn
+// makes the arena's cached places unusable whenever the static side is
+// live, and the arena then maps more.
+// Every page it gives is free of other streams' unfinished work.
+class StaticBacking final : public PageSource {
+ public:
+  // How many pages a new chunk for the static region holds at least (when
+  // the region has that many unbacked granules in a row).
+  static constexpr uint32_t kChunkPages = 16;
+
+  StaticBacking(PagePool& pool, StreamTracker& tracker, Arena& arena,
+                Stream stream, std::function<void()> on_grow)
+      : pool_(pool),
+        tracker_(tracker),
+        arena_(arena),
+        stream_(stream),
+        on_grow_(std::move(on_grow)) {}
+
+  StatusOr<PageRun> Take(uint32_t wanted, uint32_t max) override;
+
+ private:
+  bool Free(PageId id);  // no other stream's unfinished work on it
+
+  PagePool& pool_;
+  StreamTracker& tracker_;
+  Arena& arena_;
+  Stream stream_;
+  std::function<void()> on_grow_;
+};
+
 class LendingPolicy final : public Arena::PagePolicy {
  public:
-  // `region` may be null (no plan). `on_grow` is called after the pool grew.
+  // `region` may be null (no plan); `schedule` null: no plan in force (every
+  // idle static page may be lent). `on_grow` is called after the pool grew.
   // REQUIRES: everything referenced outlives the policy.
   LendingPolicy(PagePool& pool, StreamTracker& tracker, Arena& arena,
-                const StaticRegion* region, RequestContext context,
-                std::function<void()> on_grow)
+                const StaticRegion* region, const PlanSchedule* schedule,
+                RequestContext context, std::function<void()> on_grow)
       : pool_(pool),
         tracker_(tracker),
         arena_(arena),
         region_(region),
+        schedule_(schedule),
         context_(std::move(context)),
         on_grow_(std::move(on_grow)) {}
 
@@ -84,6 +126,8 @@ class LendingPolicy final : public Arena::PagePolicy {
  private:
   // Iteration time a lent static page must stay free for.
   int64_t Needed() const;
+  // How long static granule k stays unused from now (kNever: no schedule).
+  int64_t IdleFor(uint32_t granule) const;
   bool Lendable(uint32_t granule) const;
   bool Preferred(PageId id) const;
 
@@ -91,6 +135,7 @@ class LendingPolicy final : public Arena::PagePolicy {
   StreamTracker& tracker_;
   Arena& arena_;
   const StaticRegion* region_;
+  const PlanSchedule* schedule_;
   RequestContext context_;
   std::function<void()> on_grow_;
 };

@@ -28,55 +28,169 @@ PagePool::PagePool(Driver& driver, int device, uint64_t granularity,
 
 PagePool::~PagePool() {
   for (PageId id = 0; id < pages_.size(); ++id) {
-    if (!pages_[id].live) continue;
-    LOOM_CHECK(pages_[id].static_granule == kNoGranule &&
-                   pages_[id].arena_granule == kNoGranule,
-               "page {} destroyed while mapped", id);
+    if (!pages_[id].live || chunk_first_[id] != id) continue;
+    const uint32_t count = chunk_count_[id];
+    for (PageId p = id; p < id + count; ++p) {
+      LOOM_CHECK(pages_[p].static_granule == kNoGranule &&
+                     pages_[p].arena_granule == kNoGranule,
+                 "page {} destroyed while mapped", p);
+    }
     Status status = driver_.Release(pages_[id].handle);
     if (!status.ok()) {
-      fmt::print(stderr, "loom: releasing page {} failed: {}\n", id,
-                 status.ToString());
+      fmt::print(stderr, "loom: releasing pages {}..{} failed: {}\n", id,
+                 id + count - 1, status.ToString());
     }
   }
 }
 
-StatusOr<PageId> PagePool::Grow() {
-  if (cap_bytes_ != 0 && bytes() + granularity_ > cap_bytes_) {
-    return OutOfMemoryError("memory cap of {} bytes reached ({} pages held)",
-                            cap_bytes_, live_pages_);
+PageId PagePool::TakeIds(uint32_t count) {
+  for (auto it = free_ids_.begin(); it != free_ids_.end(); ++it) {
+    if (it->second < count) continue;
+    const PageId first = it->first;
+    const uint32_t left = it->second - count;
+    free_ids_.erase(it);
+    if (left > 0) free_ids_[first + count] = left;
+    return first;
   }
-  LOOM_ASSIGN_OR_RETURN(PhysicalHandle handle,
-                        driver_.Create(device_, granularity_));
-  PageId id;
-  if (!free_ids_.empty()) {
-    id = free_ids_.back();
-    free_ids_.pop_back();
-  } else {
-    LOOM_CHECK(pages_.size() < kNoPage - 1, "page id space exhausted");
-    id = static_cast<PageId>(pages_.size());
-    pages_.emplace_back();
+  LOOM_CHECK(pages_.size() + count < kNoPage - 1, "page id space exhausted");
+  const PageId first = static_cast<PageId>(pages_.size());
+  pages_.resize(pages_.size() + count);
+  chunk_first_.resize(pages_.size(), kNoPage);
+  chunk_count_.resize(pages_.size(), 0);
+  return first;
+}
+
+void PagePool::GiveBackIds(PageId first, uint32_t count) {
+  // Coalesce with the neighbouring released ranges.
+  auto next = free_ids_.lower_bound(first);
+  if (next != free_ids_.end() && next->first == first + count) {
+    count += next->second;
+    next = free_ids_.erase(next);
   }
-  pages_[id] = Page{};
-  pages_[id].handle = handle;
-  pages_[id].live = true;
-  ++live_pages_;
+  if (next != free_ids_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == first) {
+      prev->second += count;
+      return;
+    }
+  }
+  free_ids_[first] = count;
+}
+
+StatusOr<PageRun> PagePool::GrowRun(uint32_t pages) {
+  LOOM_CHECK(pages >= 1, "a chunk of no page");
+  pages = std::min(pages, kMaxChunkPages);
+  if (cap_bytes_ != 0) {
+    const uint64_t room =
+        cap_bytes_ > bytes() ? (cap_bytes_ - bytes()) / granularity_ : 0;
+    if (room == 0) {
+      return OutOfMemoryError("memory cap of {} bytes reached ({} pages held)",
+                              cap_bytes_, live_pages_);
+    }
+    pages = static_cast<uint32_t>(std::min<uint64_t>(pages, room));
+  }
+  // A device short of room for many pages may still have room for fewer.
+  StatusOr<PhysicalHandle> handle = driver_.Create(device_, pages * granularity_);
+  while (!handle.ok() && handle.status().code() == StatusCode::kOutOfMemory &&
+         pages > 1) {
+    pages /= 2;
+    handle = driver_.Create(device_, pages * granularity_);
+  }
+  if (!handle.ok()) return handle.status();
+  const PageId first = TakeIds(pages);
+  for (uint32_t i = 0; i < pages; ++i) {
+    Page& page = pages_[first + i];
+    page = Page{};
+    page.handle = *handle;
+    page.index = i;
+    page.live = true;
+    chunk_first_[first + i] = first;
+  }
+  chunk_count_[first] = pages;
+  live_pages_ += pages;
+  ++live_chunks_;
   ++creates_;
-  if (live_pages_ > peak_pages_) peak_pages_ = live_pages_;
-  return id;
+  peak_pages_ = std::max(peak_pages_, live_pages_);
+  return PageRun{first, pages};
+}
+
+StatusOr<PageId> PagePool::Grow() {
+  LOOM_ASSIGN_OR_RETURN(PageRun run, GrowRun(1));
+  return run.first;
+}
+
+PagePool::Chunk PagePool::ChunkOf(PageId id) const {
+  const PageId first = chunk_first_[id];
+  return Chunk{first, chunk_count_[first]};
+}
+
+Status PagePool::ReleaseChunk(PageId first, uint32_t count) {
+  LOOM_RETURN_IF_ERROR(driver_.Release(pages_[first].handle));
+  for (PageId p = first; p < first + count; ++p) {
+    pages_[p] = Page{};
+    chunk_first_[p] = kNoPage;
+  }
+  chunk_count_[first] = 0;
+  GiveBackIds(first, count);
+  live_pages_ -= count;
+  --live_chunks_;
+  ++releases_;
+  return OkStatus();
 }
 
 Status PagePool::ReleasePage(PageId id) {
-  Page& p = pages_.at(id);
-  LOOM_CHECK(p.live && p.static_granule == kNoGranule &&
-                 p.arena_granule == kNoGranule && p.static_users == 0 &&
-                 p.arena_users == 0,
-             "page {} released while in use", id);
-  LOOM_RETURN_IF_ERROR(driver_.Release(p.handle));
-  p = Page{};
-  free_ids_.push_back(id);
-  --live_pages_;
-  ++releases_;
-  return OkStatus();
+  LOOM_CHECK(id < pages_.size() && pages_[id].live,
+             "page {} released while in use (or not live)", id);
+  const Chunk chunk = ChunkOf(id);
+  for (PageId p = chunk.first; p < chunk.first + chunk.count; ++p) {
+    const Page& page = pages_[p];
+    LOOM_CHECK(page.spare() && page.static_users == 0 && page.arena_users == 0,
+               "page {} released while in use", p);
+  }
+  return ReleaseChunk(chunk.first, chunk.count);
+}
+
+Status PagePool::ReleaseSpareChunks() {
+  Status result;
+  for (PageId id = 0; id < pages_.size(); ++id) {
+    if (!pages_[id].live || chunk_first_[id] != id) continue;
+    const uint32_t count = chunk_count_[id];
+    bool spare = true;
+    for (PageId p = id; p < id + count && spare; ++p) {
+      spare = pages_[p].spare() && pages_[p].static_users == 0 &&
+              pages_[p].arena_users == 0;
+    }
+    if (!spare) continue;
+    Status status = ReleaseChunk(id, count);
+    if (!status.ok() && result.ok()) result = status;
+  }
+  return result;
+}
+
+bool PagePool::SameChunkRun(PageId first, uint32_t count) const {
+  if (count == 0 || first >= pages_.size() || !pages_[first].live) return false;
+  const Chunk chunk = ChunkOf(first);
+  return first + count <= chunk.first + chunk.count;
+}
+
+uint32_t PagePool::SpareRunFrom(PageId first, uint32_t max) const {
+  if (first >= pages_.size() || !pages_[first].live) return 0;
+  const Chunk chunk = ChunkOf(first);
+  uint32_t n = 0;
+  while (n < max && first + n < chunk.first + chunk.count &&
+         pages_[first + n].spare()) {
+    ++n;
+  }
+  return n;
+}
+
+Status PagePool::MapRun(DevicePtr at, PageRun run) {
+  LOOM_CHECK(SameChunkRun(run.first, run.count),
+             "pages {}..+{} are not consecutive in one chunk", run.first,
+             run.count);
+  const Page& head = pages_[run.first];
+  return driver_.Map(at, run.count * granularity_, head.handle,
+                     head.index * granularity_);
 }
 
 }  // namespace loom::vmm

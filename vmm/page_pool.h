@@ -1,21 +1,28 @@
 // PagePool: the physical memory loom holds, as pages of one granule each.
 //
-// Every page is one driver handle of exactly one granule, so any page can be
-// mapped at any granule-aligned virtual address: into its fixed place in the
-// static region, into a granule of the dynamic arena, or both at once. That
-// double mapping is how idle static memory is lent to dynamic requests; the
-// allocator's invariant is about *live allocations*, not mappings: at any
-// moment a page serves live allocations through at most one of its mappings
-// (`static_users` and `arena_users` are never both non-zero), and within that
-// mapping live allocations never overlap.
+// Physical memory comes from the driver in chunks: one handle of one or more
+// granules (cuMemCreate of n granules is one call, as expandable segments'
+// 20 MiB pages are). Each granule of a chunk is a page: it can be mapped
+// alone at any granule-aligned virtual address (cuMemMap with an offset into
+// the handle), and pages that follow each other in one chunk can be mapped
+// at consecutive addresses in one call (MapRun). A page is mapped into its
+// place in the static region, into a granule of the dynamic arena, or both
+// at once. That double mapping is how idle static memory is lent to dynamic
+// requests; the allocator's invariant is about *live allocations*, not
+// mappings: at any moment a page serves live allocations through at most
+// one of its mappings (`static_users` and `arena_users` are never both
+// non-zero), and within that mapping live allocations never overlap.
 //
 // The pool grows from the driver on demand, within an optional byte cap, and
-// shrinks only on request (ReleasePage, used by empty_cache). Not thread-safe:
-// the allocator serialises access.
+// shrinks only on request, a whole chunk at a time, once every page of it is
+// spare (mapped nowhere): ReleaseSpareChunks, used by empty_cache. Page ids
+// of one chunk are consecutive. Not thread-safe: the allocator serialises
+// access.
 #ifndef LOOM_VMM_PAGE_POOL_H_
 #define LOOM_VMM_PAGE_POOL_H_
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "vmm/driver.h"
@@ -39,33 +46,66 @@ struct Fence {
 };
 
 struct Page {
-  PhysicalHandle handle;                 // one granule of physical memory
+  PhysicalHandle handle;                 // of the chunk the page belongs to
+  uint32_t index = 0;                    // its granule within that chunk
   uint32_t static_granule = kNoGranule;  // mapped there in the static region
   uint32_t arena_granule = kNoGranule;   // mapped there in the arena
   uint32_t static_users = 0;             // live static allocations touching it
   uint32_t arena_users = 0;              // live arena allocations touching it
   std::vector<Fence> fences;             // at most one per stream
   bool live = false;  // false once released (id may be reused)
+  // Held, mapped nowhere.
+  bool spare() const {
+    return live && static_granule == kNoGranule && arena_granule == kNoGranule;
+  }
 };
 
 // Records that bytes [lo, hi) of `page` were freed with `tag`.
 void AddFence(Page& page, uint32_t lo, uint32_t hi, const FreeTag& tag);
 
+// Consecutive pages of one chunk: ids [first, first + count).
+struct PageRun {
+  PageId first = kNoPage;
+  uint32_t count = 0;
+};
+
 class PagePool {
  public:
+  // The largest chunk GrowRun creates, in pages.
+  static constexpr uint32_t kMaxChunkPages = 512;
+
   // REQUIRES: granularity is the device's minimum granularity. `peers`:
   // the other devices that get access wherever the pages are mapped.
   PagePool(Driver& driver, int device, uint64_t granularity,
            uint64_t cap_bytes, std::vector<int> peers = {});
-  // Releases every page. REQUIRES: no page is mapped.
+  // Releases every chunk. REQUIRES: no page is mapped.
   ~PagePool();
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
-  // Creates one page. OUT_OF_MEMORY if the cap or the device is exhausted.
+  // Creates one chunk of `pages` pages (at most kMaxChunkPages; fewer if
+  // the cap leaves room for fewer, or the device has no room for so many:
+  // halved until it fits). OUT_OF_MEMORY if not even one page fits.
+  // REQUIRES: pages >= 1.
+  StatusOr<PageRun> GrowRun(uint32_t pages);
+  // One page (a chunk of one).
   StatusOr<PageId> Grow();
-  // Gives a page back to the driver. REQUIRES: live, mapped nowhere, unused.
+  // Gives the chunk of page `id` back to the driver. REQUIRES: every page of
+  // that chunk is spare and unused.
   Status ReleasePage(PageId id);
+  // Releases every chunk whose pages are all spare; the first failure is
+  // returned (the others are still tried).
+  Status ReleaseSpareChunks();
+
+  // Maps pages [run.first, run.first + run.count) at `at`, one driver call.
+  // REQUIRES: the pages are consecutive in one chunk (SameChunkRun) and
+  // live; the caller records where they are mapped.
+  Status MapRun(DevicePtr at, PageRun run);
+  // True when pages [first, first + count) are consecutive in one chunk.
+  bool SameChunkRun(PageId first, uint32_t count) const;
+  // How many pages, from `first` on, follow each other in its chunk and are
+  // spare (at most `max`).
+  uint32_t SpareRunFrom(PageId first, uint32_t max) const;
 
   Page& page(PageId id) { return pages_[id]; }
   const Page& page(PageId id) const { return pages_[id]; }
@@ -79,20 +119,37 @@ class PagePool {
   uint64_t cap_bytes() const { return cap_bytes_; }
   int device() const { return device_; }
   const std::vector<int>& peers() const { return peers_; }
-  // Pages created and released over the pool's life.
+  // Chunks created and released over the pool's life (driver calls).
   uint64_t creates() const { return creates_; }
   uint64_t releases() const { return releases_; }
+  size_t live_chunks() const { return live_chunks_; }
 
  private:
+  // The chunk a live page belongs to: its first page id and page count.
+  struct Chunk {
+    PageId first = kNoPage;
+    uint32_t count = 0;
+  };
+  Chunk ChunkOf(PageId id) const;
+  // Page ids for a new chunk of `count` pages: a released range, else new.
+  PageId TakeIds(uint32_t count);
+  void GiveBackIds(PageId first, uint32_t count);
+  Status ReleaseChunk(PageId first, uint32_t count);
+
   Driver& driver_;
   const int device_;
   const uint64_t granularity_;
   const uint64_t cap_bytes_;  // 0 = no cap
   const std::vector<int> peers_;
   std::vector<Page> pages_;
-  std::vector<PageId> free_ids_;  // released slots to reuse
+  // The chunk of each live page: its first id (chunk_first_[id]) and, at
+  // that first id, its page count (chunk_count_[first]).
+  std::vector<PageId> chunk_first_;
+  std::vector<uint32_t> chunk_count_;
+  std::map<PageId, uint32_t> free_ids_;  // released id ranges: first -> count
   size_t live_pages_ = 0;
   size_t peak_pages_ = 0;
+  size_t live_chunks_ = 0;
   uint64_t creates_ = 0;
   uint64_t releases_ = 0;
 };

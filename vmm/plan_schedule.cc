@@ -12,8 +12,31 @@ uint64_t RoundUp(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
-PlanSchedule::PlanSchedule(const RuntimePlan& plan)
+PlanSchedule::PlanSchedule(const RuntimePlan& plan, uint64_t granularity)
     : region_bytes_(plan.region_bytes), period_(plan.period) {
+  const uint64_t g = granularity;
+  granules_.resize((plan.region_bytes + g - 1) / g);
+  auto touch = [&](const PlannedRequest& r, auto&& visit) {
+    if (r.offset == kUnplanned) return;
+    const uint64_t first = static_cast<uint64_t>(r.offset) / g;
+    const uint64_t last = (static_cast<uint64_t>(r.offset) + r.size - 1) / g;
+    for (uint64_t k = first; k <= last && k < granules_.size(); ++k) {
+      visit(granules_[k]);
+    }
+  };
+  // Persistent: prologue entries planned for the whole period.
+  for (const PlannedRequest& r : plan.prologue) {
+    if (plan.period > 0 && r.end - r.start >= plan.period) {
+      touch(r, [](GranuleUse& use) { use.persistent = true; });
+    }
+  }
+  for (const PlannedRequest& r : plan.iteration) {
+    const int64_t start = plan.period > 0 ? r.start % plan.period : r.start;
+    touch(r, [&](GranuleUse& use) { use.planned_starts.push_back(start); });
+  }
+  for (GranuleUse& use : granules_) {
+    std::sort(use.planned_starts.begin(), use.planned_starts.end());
+  }
   for (const std::vector<PlannedRequest>* seq :
        {&plan.prologue, &plan.iteration}) {
     for (const PlannedRequest& r : *seq) {
@@ -35,6 +58,24 @@ PlanSchedule::PlanSchedule(const RuntimePlan& plan)
                            a.start == b.start && a.stop == b.stop;
                   }),
       occupants_.end());
+}
+
+int64_t PlanSchedule::TimeToNextUse(uint32_t granule, int64_t now,
+                                    bool in_setup) const {
+  if (granule >= granules_.size()) return kNever;
+  const GranuleUse& use = granules_[granule];
+  if (use.persistent) return 0;
+  if (use.planned_starts.empty()) return kNever;
+  // In the set-up no iteration has begun: the granule is next used at its
+  // first planned start of the first iteration, whenever that begins (a
+  // request that may outlive the set-up must not take it).
+  if (in_setup) return use.planned_starts.front();
+  if (period_ <= 0) return 0;
+  now %= period_;
+  auto it = std::lower_bound(use.planned_starts.begin(),
+                             use.planned_starts.end(), now);
+  if (it != use.planned_starts.end()) return *it - now;
+  return use.planned_starts.front() + period_ - now;  // the next iteration's
 }
 
 bool PlanSchedule::Busy(const Occupant& o, int64_t now, int64_t until) const {

@@ -11,11 +11,14 @@
 // hold `size` bytes that no occupant uses during [now, until)? It knows
 // nothing of what is live at run time (late frees, earlier misses placed
 // in idle bytes): the caller checks every candidate with the static
-// region's safety check before using it.
+// region's safety check before using it. TimeToNextUse answers the same
+// question per granule: how long until the plan uses granule k again, so
+// that its page can be lent to a request that ends before then.
 #ifndef LOOM_VMM_PLAN_SCHEDULE_H_
 #define LOOM_VMM_PLAN_SCHEDULE_H_
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "vmm/runtime_plan.h"
@@ -24,7 +27,10 @@ namespace loom::vmm {
 
 class PlanSchedule {
  public:
-  explicit PlanSchedule(const RuntimePlan& plan);
+  static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+  // REQUIRES: granularity a power of two.
+  PlanSchedule(const RuntimePlan& plan, uint64_t granularity);
 
   // Candidate offsets (multiples of 512) for `size` bytes idle during
   // iteration time [now, until), smallest idle gap first; for each gap its
@@ -33,6 +39,15 @@ class PlanSchedule {
   // `max_gaps` gaps.
   std::vector<uint64_t> IdleRanges(uint64_t size, int64_t now, int64_t until,
                                    size_t max_gaps) const;
+
+  // Iteration time until granule `granule` is next planned to start being
+  // used, seen from iteration time `now` (0 if a persistent request lives
+  // there; kNever if nothing is ever planned there, granules past the
+  // plan's region included). During the set-up (`in_setup`) no iteration
+  // has begun: the first planned start of the first iteration, counted
+  // from its beginning. Without a period a used granule is always needed.
+  int64_t TimeToNextUse(uint32_t granule, int64_t now,
+                        bool in_setup = false) const;
 
   size_t occupants() const { return occupants_.size(); }
 
@@ -46,7 +61,14 @@ class PlanSchedule {
   // Whether `o` holds its bytes at some time of [now, until).
   bool Busy(const Occupant& o, int64_t now, int64_t until) const;
 
+  // When a granule is planned to be used.
+  struct GranuleUse {
+    std::vector<int64_t> planned_starts;  // sorted, in [0, period)
+    bool persistent = false;
+  };
+
   std::vector<Occupant> occupants_;  // by offset
+  std::vector<GranuleUse> granules_;
   uint64_t region_bytes_ = 0;
   int64_t period_ = 0;
 };

@@ -19,11 +19,11 @@ RuntimePlan Plan() {
 }
 
 TEST(PlanScheduleTest, MergesDuplicates) {
-  EXPECT_EQ(PlanSchedule(Plan()).occupants(), 4u);
+  EXPECT_EQ(PlanSchedule(Plan(), 1024).occupants(), 4u);
 }
 
 TEST(PlanScheduleTest, IdleBytesDependOnTheTimeWindow) {
-  const PlanSchedule s(Plan());
+  const PlanSchedule s(Plan(), 1024);
   // [50, 80): only B and P are busy: A's bytes and C's are idle; the
   // smallest gap first, then the larger one ([2048, 3072) and [3584, 4096)
   // are separate gaps; [0, 1024) too).
@@ -46,14 +46,14 @@ TEST(PlanScheduleTest, IdleBytesDependOnTheTimeWindow) {
 }
 
 TEST(PlanScheduleTest, UnknownOrLongLifetimesGetOnlyNeverUsedBytes) {
-  const PlanSchedule s(Plan());
+  const PlanSchedule s(Plan(), 1024);
   EXPECT_EQ(s.IdleRanges(512, 10, -1, 8), std::vector<uint64_t>{3584});
   EXPECT_EQ(s.IdleRanges(512, 10, 110, 8), std::vector<uint64_t>{3584});
   EXPECT_TRUE(s.IdleRanges(1024, 10, -1, 8).empty());
 }
 
 TEST(PlanScheduleTest, OffsetsAreAlignedAndInsideTheirGap) {
-  const PlanSchedule s(Plan());
+  const PlanSchedule s(Plan(), 1024);
   for (uint64_t size : {1u, 511u, 513u, 1000u}) {
     for (uint64_t at : s.IdleRanges(size, 50, 80, 8)) {
       EXPECT_EQ(at % 512, 0u);
@@ -65,6 +65,57 @@ TEST(PlanScheduleTest, OffsetsAreAlignedAndInsideTheirGap) {
   EXPECT_EQ(at, (std::vector<uint64_t>{3584}));  // the smallest gap only
   at = s.IdleRanges(512, 50, 80, 2);
   EXPECT_NE(std::find(at.begin(), at.end(), 512u), at.end());
+}
+
+// Per granule (64 KiB): a 4-granule plan, period 100: A [0, kG + 512)
+// during [10, 30), B [2 kG, 3 kG) during [60, 120) (wraps), P [3 kG, 4 kG)
+// persistent.
+constexpr uint64_t kG = 64 << 10;
+
+RuntimePlan GranulePlan() {
+  RuntimePlan plan;
+  plan.region_bytes = 4 * kG;
+  plan.period = 100;
+  plan.iteration = {{kG + 512, 0, 10, 30}, {kG, 2 * kG, 60, 120}};
+  plan.prologue = {{kG, 3 * kG, 0, 100}};
+  return plan;
+}
+
+TEST(PlanScheduleTest, TimeToNextUseFollowsThePlanCyclically) {
+  const PlanSchedule s(GranulePlan(), kG);
+  // Granule 0: A starts at 10.
+  EXPECT_EQ(s.TimeToNextUse(0, 5), 5);
+  EXPECT_EQ(s.TimeToNextUse(0, 50), 60);   // next iteration's 10
+  EXPECT_EQ(s.TimeToNextUse(0, 150), 60);  // times wrap the period
+  // Granule 2: B starts at 60.
+  EXPECT_EQ(s.TimeToNextUse(2, 10), 50);
+  // Granule 3: persistent.
+  EXPECT_EQ(s.TimeToNextUse(3, 10), 0);
+  // In the set-up: the first planned start of the first iteration.
+  EXPECT_EQ(s.TimeToNextUse(0, 0, /*in_setup=*/true), 10);
+  EXPECT_EQ(s.TimeToNextUse(3, 0, /*in_setup=*/true), 0);
+}
+
+TEST(PlanScheduleTest, NeverUsedGranulesAreNeverNeeded) {
+  RuntimePlan plan = GranulePlan();
+  plan.region_bytes = 5 * kG;  // granule 4: no planned request
+  const PlanSchedule s(plan, kG);
+  EXPECT_EQ(s.TimeToNextUse(4, 10), PlanSchedule::kNever);
+  EXPECT_EQ(s.TimeToNextUse(4, 0, true), PlanSchedule::kNever);
+  // Past the plan's region (another variant's, in a larger region).
+  EXPECT_EQ(s.TimeToNextUse(7, 10), PlanSchedule::kNever);
+}
+
+TEST(PlanScheduleTest, WithoutAPeriodAPlannedGranuleIsAlwaysNeeded) {
+  RuntimePlan plan = GranulePlan();
+  plan.period = 0;
+  plan.region_bytes = 5 * kG;
+  const PlanSchedule s(plan, kG);
+  // Not cyclic: nothing says when a used granule is free again.
+  EXPECT_EQ(s.TimeToNextUse(0, 50), 0);
+  EXPECT_EQ(s.TimeToNextUse(2, 0), 0);
+  EXPECT_EQ(s.TimeToNextUse(4, 10), PlanSchedule::kNever);
+  EXPECT_EQ(s.TimeToNextUse(2, 0, /*in_setup=*/true), 60);
 }
 
 }  // namespace

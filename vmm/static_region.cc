@@ -5,91 +5,156 @@
 
 namespace loom::vmm {
 
-StaticRegion::StaticRegion(Driver& driver, PagePool& pool, DevicePtr base,
-                           uint64_t granularity, int64_t period)
+StaticRegion::StaticRegion(Driver& driver, PagePool& pool, int device,
+                           DevicePtr base, uint64_t granularity)
     : driver_(driver),
       pool_(pool),
       base_(base),
       granularity_(granularity),
       shift_(std::countr_zero(granularity)),
-      period_(period) {
+      device_(device) {
   LOOM_CHECK(std::has_single_bit(granularity),
              "granularity {} is not a power of two", granularity);
 }
 
-StatusOr<std::unique_ptr<StaticRegion>> StaticRegion::Create(
-    Driver& driver, PagePool& pool, int device, const RuntimePlan& plan,
-    const std::vector<PageId>& pages) {
+StatusOr<std::unique_ptr<StaticRegion>> StaticRegion::Create(Driver& driver,
+                                                             PagePool& pool,
+                                                             int device,
+                                                             uint64_t bytes) {
   const uint64_t g = pool.granularity();
-  LOOM_CHECK(plan.region_bytes == pages.size() * g,
-             "region of {} bytes with {} pages", plan.region_bytes,
-             pages.size());
-  if (pages.empty()) {
-    return InvalidArgumentError("a static region needs at least one granule");
+  if (bytes == 0 || bytes % g != 0) {
+    return InvalidArgumentError(
+        "a static region of {} bytes is not a positive multiple of the "
+        "granularity {}",
+        bytes, g);
   }
-  LOOM_ASSIGN_OR_RETURN(DevicePtr base, driver.Reserve(plan.region_bytes));
+  LOOM_ASSIGN_OR_RETURN(DevicePtr base, driver.Reserve(bytes));
   std::unique_ptr<StaticRegion> region(
-      new StaticRegion(driver, pool, base, g, plan.period));
-  region->granules_.resize(pages.size());
-  region->schedule_.resize(pages.size());
-  // Map page by page, then grant access to the whole region in one call
-  // (cuMemSetAccess takes any fully mapped range, across mappings); on
-  // failure the destructor unmaps what was mapped.
-  for (uint32_t i = 0; i < pages.size(); ++i) {
-    Page& page = pool.page(pages[i]);
-    LOOM_CHECK(page.live && page.static_granule == kNoGranule);
-    DevicePtr at = base + i * g;
-    LOOM_RETURN_IF_ERROR(driver.Map(at, g, page.handle));
-    page.static_granule = i;
-    region->granules_[i].page = pages[i];
-  }
-  LOOM_RETURN_IF_ERROR(
-      driver.SetAccess(base, plan.region_bytes, device, pool.peers()));
-  // The planned schedule of every granule.
-  auto touch = [&](const PlannedRequest& r, auto&& visit) {
-    if (r.offset == kUnplanned) return;
-    uint64_t first = static_cast<uint64_t>(r.offset) / g;
-    uint64_t last = (static_cast<uint64_t>(r.offset) + r.size - 1) / g;
-    for (uint64_t k = first; k <= last && k < pages.size(); ++k) {
-      visit(region->schedule_[k]);
-    }
-  };
-  // Persistent: prologue entries planned for the whole period.
-  for (const PlannedRequest& r : plan.prologue) {
-    if (plan.period > 0 && r.end - r.start >= plan.period) {
-      touch(r, [](Schedule& granule) { granule.persistent = true; });
-    }
-  }
-  for (const PlannedRequest& r : plan.iteration) {
-    int64_t start = plan.period > 0 ? r.start % plan.period : r.start;
-    touch(r,
-          [&](Schedule& granule) { granule.planned_starts.push_back(start); });
-  }
-  for (Schedule& granule : region->schedule_) {
-    std::sort(granule.planned_starts.begin(), granule.planned_starts.end());
-  }
+      new StaticRegion(driver, pool, device, base, g));
+  region->granules_.resize(bytes / g);
   return region;
 }
 
 StaticRegion::~StaticRegion() {
   LOOM_CHECK(occupied_bytes_ == 0, "static region destroyed with {} bytes live",
              occupied_bytes_);
-  for (uint32_t i = 0; i < granules_.size(); ++i) {
-    PageId id = granules_[i].page;
-    if (id == kNoPage || pool_.page(id).static_granule != i) continue;
-    Status status = driver_.Unmap(base_ + i * granularity_, granularity_);
-    if (!status.ok()) {
-      fmt::print(stderr, "loom: unmapping static granule {} failed: {}\n", i,
-                 status.ToString());
+  // Each stretch of backed granules is a union of whole mappings: one call.
+  const uint32_t n = backed_extent_;
+  for (uint32_t k = 0; k < n;) {
+    if (granules_[k].page == kNoPage) {
+      ++k;
       continue;
     }
-    pool_.page(id).static_granule = kNoGranule;
+    uint32_t end = k;
+    while (end < n && granules_[end].page != kNoPage) ++end;
+    Status status = driver_.Unmap(base_ + k * granularity_,
+                                  (end - k) * granularity_);
+    if (!status.ok()) {
+      fmt::print(stderr, "loom: unmapping static granules {}..{} failed: {}\n",
+                 k, end - 1, status.ToString());
+    }
+    for (; k < end; ++k) {
+      pool_.page(granules_[k].page).static_granule = kNoGranule;
+      granules_[k].page = kNoPage;
+    }
   }
   Status status = driver_.Unreserve(base_, bytes());
   if (!status.ok()) {
     fmt::print(stderr, "loom: freeing the static region failed: {}\n",
                status.ToString());
   }
+}
+
+void StaticRegion::Unback(
+    const std::vector<std::pair<uint32_t, uint32_t>>& runs) {
+  for (const auto& [first, count] : runs) {
+    Status undo = driver_.Unmap(base_ + first * granularity_,
+                                count * granularity_);
+    if (!undo.ok()) {
+      fmt::print(stderr, "loom: undoing a static mapping failed: {}\n",
+                 undo.ToString());
+    }
+    for (uint32_t k = first; k < first + count; ++k) {
+      Page& page = pool_.page(granules_[k].page);
+      page.static_granule = kNoGranule;
+      page.static_users = 0;
+      granules_[k].page = kNoPage;
+      --backed_granules_;
+    }
+  }
+}
+
+Status StaticRegion::Back(uint64_t offset, uint64_t size, PageSource& source,
+                          uint32_t limit) {
+  const uint32_t first = static_cast<uint32_t>(offset >> shift_);
+  const uint32_t last = static_cast<uint32_t>((offset + size - 1) >> shift_);
+  const uint32_t n = granule_count();
+  std::vector<std::pair<uint32_t, uint32_t>> mapped;  // (granule, count)
+  Status status;
+  for (uint32_t k = first; k <= last && status.ok();) {
+    if (granules_[k].page != kNoPage) {
+      ++k;
+      continue;
+    }
+    // The unbacked stretch [k, s] of the range, and how far past the
+    // range's end pages may go (granules still unbacked).
+    uint32_t s = k;
+    while (s < last && granules_[s + 1].page == kNoPage) ++s;
+    uint32_t reach = s;
+    if (s == last) {
+      while (reach + 1 < std::min(n, limit) &&
+             granules_[reach + 1].page == kNoPage &&
+             reach + 1 - last <= kMaxPrebacked) {
+        ++reach;
+      }
+    }
+    StatusOr<PageRun> run = source.Take(s - k + 1, reach - k + 1);
+    if (!run.ok()) {
+      status = run.status();
+      break;
+    }
+    LOOM_CHECK(run->count >= 1 && run->count <= reach - k + 1,
+               "page source gave {} pages for {} granules", run->count,
+               reach - k + 1);
+    status = pool_.MapRun(base_ + k * granularity_, *run);
+    if (!status.ok()) break;
+    mapped.emplace_back(k, run->count);
+    for (uint32_t i = 0; i < run->count; ++i) {
+      Granule& granule = granules_[k + i];
+      Page& page = pool_.page(run->first + i);
+      LOOM_CHECK(page.live && page.static_granule == kNoGranule);
+      page.static_granule = k + i;
+      page.static_users = static_cast<uint32_t>(granule.partial.size()) +
+                          (granule.full ? 1 : 0);
+      granule.page = run->first + i;
+      ++backed_granules_;
+      backed_extent_ = std::max(backed_extent_, k + i + 1);
+    }
+    k += run->count;
+  }
+  if (status.ok() && !mapped.empty()) {
+    const uint32_t lo = mapped.front().first;
+    const uint32_t hi = mapped.back().first + mapped.back().second;
+    status = driver_.SetAccess(base_ + lo * granularity_,
+                               (hi - lo) * granularity_, device_, pool_.peers());
+  }
+  if (!status.ok()) Unback(mapped);
+  return status;
+}
+
+std::vector<std::pair<DevicePtr, uint64_t>> StaticRegion::MappedRanges()
+    const {
+  std::vector<std::pair<DevicePtr, uint64_t>> out;
+  for (uint32_t k = 0; k < backed_extent_; ++k) {
+    if (granules_[k].page == kNoPage) continue;
+    const DevicePtr at = base_ + k * granularity_;
+    if (!out.empty() && out.back().first + out.back().second == at) {
+      out.back().second += granularity_;
+    } else {
+      out.emplace_back(at, granularity_);
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -160,30 +225,13 @@ void StaticRegion::Release(uint64_t offset, uint64_t size, const FreeTag& tag) {
       *it = partial.back();
       partial.pop_back();
     }
+    if (granule.page == kNoPage) continue;  // a Back that failed
     Page& page = pool_.page(granule.page);
     LOOM_CHECK(page.static_users > 0);
     --page.static_users;
     if (tag.epoch != 0) AddFence(page, lo, hi, tag);
   }
   occupied_bytes_ -= size;
-}
-
-int64_t StaticRegion::TimeToNextUse(uint32_t granule, int64_t now,
-                                    bool in_setup) const {
-  const Schedule& g = schedule_[granule];
-  if (g.persistent) return 0;
-  if (g.planned_starts.empty()) return kNever;
-  // In the set-up no iteration has begun: the granule is next used at its
-  // first planned start of the first iteration, whenever that begins (a
-  // request that may outlive the set-up must not take it).
-  if (in_setup) return g.planned_starts.front();
-  if (period_ <= 0) return 0;
-  now %= period_;
-  auto it =
-      std::lower_bound(g.planned_starts.begin(), g.planned_starts.end(), now);
-  if (it != g.planned_starts.end()) return *it - now;
-  return g.planned_starts.front() + period_ -
-         now;  // wraps to the next iteration
 }
 
 void StaticRegion::CheckInvariants() const {
@@ -205,7 +253,14 @@ void StaticRegion::CheckInvariants() const {
             "static granule {}: live ranges overlap", k);
       }
     }
+    if (granule.page == kNoPage) {
+      LOOM_CHECK(!granule.full && live.empty(),
+                 "static granule {} holds live bytes without a page", k);
+      continue;
+    }
     const Page& page = pool_.page(granule.page);
+    LOOM_CHECK(page.live && page.static_granule == k,
+               "static granule {} page mismatch", k);
     LOOM_CHECK_EQ(page.static_users, live.size() + (granule.full ? 1 : 0));
     LOOM_CHECK(page.static_users == 0 || page.arena_users == 0,
                "page of static granule {} serves static and arena allocations",

@@ -1,41 +1,55 @@
 // StaticRegion: the virtual range laid out exactly as the plan says.
 //
-// One reservation of `region_bytes`; granule i is backed by its own page from
-// the pool (mapped once, at creation, and kept). Planned allocations are
-// handed out at base + offset. The region tracks, per granule, which bytes
+// One reservation of `region_bytes`, backed lazily: a granule gets a page
+// from the pool the first time a planned allocation occupies it (Back, with
+// the granules right after it that are still unbacked: a new chunk's pages
+// go in one map call) and keeps it for the region's life, so a repeating
+// workload backs its region during the first iteration and makes no driver
+// call after. Granules no allocation ever touches cost no memory (a plan
+// made for a larger run, requests that did not come). Planned allocations
+// are handed out at base + offset. The region tracks, per granule, which bytes
 // live static allocations occupy, so that a planned hand-out can be checked
 // to be free at that moment (the safety check: a planned range still in use,
-// e.g. after a plan miss shifted lifetimes, must not be handed out twice),
-// and, from the plan, when each granule is next planned to be used, so that
-// idle granules can be lent to dynamic requests that end before that.
+// e.g. after a plan miss shifted lifetimes, must not be handed out twice).
+// When each granule is next planned to be used is the plan's business
+// (PlanSchedule): the region holds the layout of every plan variant
+// installed (they share its address space and pages).
 // Not thread-safe: the allocator serialises access.
 #ifndef LOOM_VMM_STATIC_REGION_H_
 #define LOOM_VMM_STATIC_REGION_H_
 
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "vmm/driver.h"
 #include "vmm/page_pool.h"
-#include "vmm/runtime_plan.h"
 
 namespace loom::vmm {
 
+// Where the pages that back static granules come from (the allocator's
+// policy: spare pages, idle arena pages, a new chunk).
+class PageSource {
+ public:
+  virtual ~PageSource() = default;
+  // A run of live pages, mapped nowhere in the static region, for `wanted`
+  // consecutive granules: 1 to `max` pages (more than `wanted` only when
+  // they come cheap, e.g. the rest of a new chunk). OUT_OF_MEMORY if none.
+  virtual StatusOr<PageRun> Take(uint32_t wanted, uint32_t max) = 0;
+};
+
 class StaticRegion {
  public:
-  static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  // How many unbacked granules after a backed range may be backed with it.
+  static constexpr uint32_t kMaxPrebacked = 64;
 
-  // Reserves the region and maps `pages[i]` at granule i, then grants
-  // `device` access to the whole region in one call. On failure everything
-  // done so far is undone.
-  // REQUIRES: pages.size() * granularity == plan.region_bytes; each page is
-  // live and mapped nowhere.
-  static StatusOr<std::unique_ptr<StaticRegion>> Create(
-      Driver& driver, PagePool& pool, int device, const RuntimePlan& plan,
-      const std::vector<PageId>& pages);
+  // Reserves `bytes` of address space (nothing is backed yet). REQUIRES:
+  // bytes a positive multiple of the pool's granularity.
+  static StatusOr<std::unique_ptr<StaticRegion>> Create(Driver& driver,
+                                                        PagePool& pool,
+                                                        int device,
+                                                        uint64_t bytes);
   // Unmaps the pages (they stay in the pool) and frees the reservation.
   // REQUIRES: no live static allocation.
   ~StaticRegion();
@@ -45,8 +59,15 @@ class StaticRegion {
   uint32_t granule_count() const {
     return static_cast<uint32_t>(granules_.size());
   }
+  // The page behind a granule, kNoPage while unbacked.
   PageId page(uint32_t granule) const { return granules_[granule].page; }
   uint64_t granularity() const { return granularity_; }
+  uint64_t backed_bytes() const { return backed_granules_ * granularity_; }
+  // One past the highest granule ever backed: granules from there on have
+  // no page (loops over backed granules stop there).
+  uint32_t backed_extent() const { return backed_extent_; }
+  // Backed ranges, sorted and merged: (address, size).
+  std::vector<std::pair<DevicePtr, uint64_t>> MappedRanges() const;
 
   // True when no live static allocation overlaps [offset, offset + size).
   bool RangeFree(uint64_t offset, uint64_t size) const;
@@ -55,9 +76,20 @@ class StaticRegion {
   // no live static allocation overlaps the range and `page_ok(page, lo, hi)`
   // holds for every page behind it and the bytes [lo, hi) of it the range
   // covers (not lent to the arena, no other stream's unfinished work there).
-  // The hot path of every planned request.
+  // The hot path of every planned request. kNeedsBacking: occupied, but a
+  // granule of it has no page yet: the caller must Back the range (or
+  // Release it) before handing it out.
+  enum class Occupied : uint8_t { kNo, kYes, kNeedsBacking };
   template <typename PageOk>
-  bool TryOccupy(uint64_t offset, uint64_t size, PageOk&& page_ok);
+  Occupied TryOccupy(uint64_t offset, uint64_t size, PageOk&& page_ok);
+  // Backs every unbacked granule of [offset, offset + size) with pages from
+  // `source`, plus up to kMaxPrebacked unbacked granules right after it,
+  // below granule `limit` (the plan's region: granules it will use), when
+  // the source has pages to spare, then grants access to what it mapped
+  // (one call). On failure nothing new stays mapped.
+  // REQUIRES: the range was occupied by TryOccupy.
+  Status Back(uint64_t offset, uint64_t size, PageSource& source,
+              uint32_t limit = 0);
   // Forgets a live static allocation and fences its bytes with `tag` (the
   // free's stream may still use them). REQUIRES: [offset, offset + size)
   // was occupied by TryOccupy.
@@ -65,48 +97,39 @@ class StaticRegion {
 
   uint64_t occupied_bytes() const { return occupied_bytes_; }
 
-  // Iteration time until `granule` is next planned to start being used,
-  // seen from iteration time `now` (0 if a persistent request lives there;
-  // kNever if nothing is ever planned there). During the set-up
-  // (`in_setup`) no iteration has begun: the first planned start of the
-  // first iteration, counted from its beginning.
-  int64_t TimeToNextUse(uint32_t granule, int64_t now,
-                        bool in_setup = false) const;
-
   // Aborts if the byte bookkeeping is inconsistent.
   void CheckInvariants() const;
 
  private:
   // Occupancy of one granule (hot: read on every planned hand-out).
   struct Granule {
-    PageId page = kNoPage;
+    PageId page = kNoPage;  // kNoPage: not backed yet
     bool full = false;  // one live allocation covers the whole granule
     // Live static pieces covering part of the granule, [lo, hi) in bytes.
     std::vector<std::pair<uint32_t, uint32_t>> partial;
   };
-  // When a granule is planned to be used (cold: read on the dynamic path).
-  struct Schedule {
-    std::vector<int64_t> planned_starts;  // sorted, in [0, period)
-    bool persistent = false;
-  };
-  StaticRegion(Driver& driver, PagePool& pool, DevicePtr base,
-               uint64_t granularity, int64_t period);
+  StaticRegion(Driver& driver, PagePool& pool, int device, DevicePtr base,
+               uint64_t granularity);
+  // Unmaps granules [first, first + count) backed by Back (its undo).
+  void Unback(const std::vector<std::pair<uint32_t, uint32_t>>& runs);
 
   Driver& driver_;
   PagePool& pool_;
   const DevicePtr base_;
   const uint64_t granularity_;  // a power of two
   const int shift_;             // log2(granularity_)
-  const int64_t period_;
   std::vector<Granule> granules_;
-  std::vector<Schedule> schedule_;  // by granule
   uint64_t occupied_bytes_ = 0;
+  uint64_t backed_granules_ = 0;
+  uint32_t backed_extent_ = 0;
+  const int device_;
 };
 
 template <typename PageOk>
-bool StaticRegion::TryOccupy(uint64_t offset, uint64_t size, PageOk&& page_ok) {
+StaticRegion::Occupied StaticRegion::TryOccupy(uint64_t offset, uint64_t size,
+                                               PageOk&& page_ok) {
   const uint64_t end = offset + size;
-  if (size == 0 || end > bytes() || end < offset) return false;
+  if (size == 0 || end > bytes() || end < offset) return Occupied::kNo;
   const uint64_t mask = granularity_ - 1;
   const uint64_t first = offset >> shift_;
   const uint64_t last = (end - 1) >> shift_;
@@ -115,19 +138,24 @@ bool StaticRegion::TryOccupy(uint64_t offset, uint64_t size, PageOk&& page_ok) {
     lo = k == first ? static_cast<uint32_t>(offset & mask) : 0;
     hi = k == last ? static_cast<uint32_t>(((end - 1) & mask) + 1) : g;
   };
+  bool unbacked = false;
   for (uint64_t k = first; k <= last; ++k) {
     const Granule& granule = granules_[k];
-    if (granule.full) return false;
+    if (granule.full) return Occupied::kNo;
     uint32_t lo, hi;
     piece(k, lo, hi);
     if (lo == 0 && hi == g) {
-      if (!granule.partial.empty()) return false;
+      if (!granule.partial.empty()) return Occupied::kNo;
     } else {
       for (const auto& [a, b] : granule.partial) {
-        if (a < hi && lo < b) return false;
+        if (a < hi && lo < b) return Occupied::kNo;
       }
     }
-    if (!page_ok(pool_.page(granule.page), lo, hi)) return false;
+    if (granule.page == kNoPage) {
+      unbacked = true;
+    } else if (!page_ok(pool_.page(granule.page), lo, hi)) {
+      return Occupied::kNo;
+    }
   }
   for (uint64_t k = first; k <= last; ++k) {
     Granule& granule = granules_[k];
@@ -138,10 +166,10 @@ bool StaticRegion::TryOccupy(uint64_t offset, uint64_t size, PageOk&& page_ok) {
     } else {
       granule.partial.emplace_back(lo, hi);
     }
-    ++pool_.page(granule.page).static_users;
+    if (granule.page != kNoPage) ++pool_.page(granule.page).static_users;
   }
   occupied_bytes_ += size;
-  return true;
+  return unbacked ? Occupied::kNeedsBacking : Occupied::kYes;
 }
 
 }  // namespace loom::vmm

@@ -1,14 +1,17 @@
-// StaticRegion: one reservation laid out as the plan says; the planned
-// hand-out's safety check; the schedule of each granule; undo on failure.
+// StaticRegion: one reservation laid out as the plan says, backed lazily; the
+// planned hand-out's safety check; the schedule of each granule; undo on
+// failure.
 #include "vmm/static_region.h"
 
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <map>
 #include <random>
 
 #include "vmm/fake_driver.h"
 #include "vmm/host_driver.h"
+#include "vmm/runtime_plan.h"
 
 namespace loom::vmm {
 namespace {
@@ -25,6 +28,39 @@ RuntimePlan Plan() {
   plan.prologue = {{kG, 3 * kG, 0, 100}};
   return plan;
 }
+
+// Hands out the pages it was given, in order: as long a run of them as is
+// consecutive in one chunk, up to what Back asks for (`max`, or `wanted`
+// when `prefer_wanted`). Counts its calls; can run dry (OUT_OF_MEMORY).
+class FixedSource : public PageSource {
+ public:
+  FixedSource(PagePool& pool, std::vector<PageId> pages,
+              bool prefer_wanted = false)
+      : pool_(pool),
+        pages_(pages.begin(), pages.end()),
+        prefer_wanted_(prefer_wanted) {}
+  StatusOr<PageRun> Take(uint32_t wanted, uint32_t max) override {
+    ++calls;
+    asked.emplace_back(wanted, max);
+    if (pages_.empty()) return OutOfMemoryError("no page left");
+    const uint32_t limit = prefer_wanted_ ? wanted : max;
+    uint32_t n = 1;
+    while (n < limit && n < pages_.size() && pages_[n] == pages_[0] + n &&
+           pool_.SameChunkRun(pages_[0], n + 1)) {
+      ++n;
+    }
+    PageRun run{pages_[0], n};
+    pages_.erase(pages_.begin(), pages_.begin() + n);
+    return run;
+  }
+  int calls = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> asked;
+
+ private:
+  PagePool& pool_;
+  std::deque<PageId> pages_;
+  bool prefer_wanted_;
+};
 
 class StaticRegionTest : public ::testing::Test {
  protected:
@@ -46,6 +82,18 @@ class StaticRegionTest : public ::testing::Test {
     return pages;
   }
   static bool AnyPage(Page&, uint32_t, uint32_t) { return true; }
+  // Creates the region and backs granule k with pages[k].
+  void CreateBacked(const RuntimePlan& plan, const std::vector<PageId>& pages) {
+    region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan.region_bytes)).value();
+    FixedSource source(pool_, pages, /*prefer_wanted=*/true);
+    const uint64_t all = plan.region_bytes;
+    ASSERT_EQ(region_->TryOccupy(0, all, AnyPage),
+              StaticRegion::Occupied::kNeedsBacking);
+    ASSERT_TRUE(region_->Back(0, all, source).ok());
+    region_->Release(0, all, FreeTag{});
+    ASSERT_EQ(region_->backed_bytes(), all);
+  }
+  void CreateBacked(int n) { CreateBacked(plan_, Pages(n)); }
 
   FakeDriver driver_;
   PagePool pool_;
@@ -53,76 +101,171 @@ class StaticRegionTest : public ::testing::Test {
   std::unique_ptr<StaticRegion> region_;
 };
 
-TEST_F(StaticRegionTest, MapsEveryPageAndGrantsAccessOnce) {
-  std::vector<PageId> pages = Pages(4);
+TEST_F(StaticRegionTest, CreationReservesAndBacksNothing) {
   StatusOr<std::unique_ptr<StaticRegion>> r =
-      StaticRegion::Create(driver_, pool_, 0, plan_, pages);
+      StaticRegion::Create(driver_, pool_, 0, plan_.region_bytes);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   region_ = std::move(r).value();
   EXPECT_EQ(region_->bytes(), 4 * kG);
-  for (uint32_t k = 0; k < 4; ++k) {
-    EXPECT_EQ(region_->page(k), pages[k]);
-    EXPECT_EQ(pool_.page(pages[k]).static_granule, k);
+  EXPECT_EQ(region_->backed_bytes(), 0u);
+  for (uint32_t k = 0; k < 4; ++k) EXPECT_EQ(region_->page(k), kNoPage);
+  EXPECT_EQ(driver_.calls(DriverOp::kReserve), 1u);
+  EXPECT_EQ(driver_.calls(DriverOp::kCreate), 0u);
+  EXPECT_EQ(driver_.calls(DriverOp::kMap), 0u);
+  EXPECT_TRUE(region_->MappedRanges().empty());
+  region_.reset();
+  EXPECT_EQ(driver_.contract_counts().reservations, 0u);
+}
+
+TEST_F(StaticRegionTest, BackingMapsARunInOneCallAndPrebacksWhatFollows) {
+  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan_.region_bytes)).value();
+  // One chunk of four pages: backing granule 1 for [kG + 100, +512) takes a
+  // run of them, mapped with one call, over granules 1..3 (the unbacked
+  // ones after it).
+  PageRun chunk = *pool_.GrowRun(4);
+  FixedSource source(pool_, {chunk.first, chunk.first + 1, chunk.first + 2,
+                             chunk.first + 3});
+  std::vector<std::pair<uint32_t, uint32_t>> asked;
+  EXPECT_EQ(region_->TryOccupy(kG + 100, 512,
+                               [&](Page&, uint32_t lo, uint32_t hi) {
+                                 asked.emplace_back(lo, hi);
+                                 return true;
+                               }),
+            StaticRegion::Occupied::kNeedsBacking);
+  EXPECT_TRUE(asked.empty()) << "an unbacked granule has no page to check";
+  ASSERT_TRUE(region_->Back(kG + 100, 512, source, /*limit=*/4).ok());
+  EXPECT_EQ(source.asked,
+            (std::vector<std::pair<uint32_t, uint32_t>>{{1, 3}}));
+  EXPECT_EQ(driver_.calls(DriverOp::kMap), 1u);
+  EXPECT_EQ(driver_.calls(DriverOp::kSetAccess), 1u);
+  EXPECT_EQ(region_->page(0), kNoPage);
+  for (uint32_t k = 1; k < 4; ++k) {
+    EXPECT_EQ(region_->page(k), chunk.first + k - 1);
+    EXPECT_EQ(pool_.page(region_->page(k)).static_granule, k);
   }
+  EXPECT_EQ(pool_.page(region_->page(1)).static_users, 1u);
+  EXPECT_EQ(pool_.page(region_->page(2)).static_users, 0u);
+  EXPECT_EQ(region_->backed_bytes(), 3 * kG);
+  EXPECT_EQ(region_->MappedRanges(),
+            (std::vector<std::pair<DevicePtr, uint64_t>>{
+                {region_->base() + kG, 3 * kG}}));
+  region_->CheckInvariants();
+  // A backed granule is checked as before; the next hand-out there needs
+  // no backing.
+  EXPECT_EQ(region_->TryOccupy(2 * kG, 100, AnyPage),
+            StaticRegion::Occupied::kYes);
+  // Granule 0 gets the last page; access is granted over what was mapped.
+  ASSERT_EQ(region_->TryOccupy(0, kG + 100, AnyPage),
+            StaticRegion::Occupied::kNeedsBacking);
+  ASSERT_TRUE(region_->Back(0, kG + 100, source).ok());
+  EXPECT_EQ(region_->page(0), chunk.first + 3);
+  EXPECT_EQ(pool_.page(region_->page(1)).static_users, 2u);
+  EXPECT_EQ(driver_.calls(DriverOp::kMap), 2u);
+  EXPECT_EQ(driver_.calls(DriverOp::kSetAccess), 2u);
+  region_->CheckInvariants();
+  region_->Release(kG + 100, 512, FreeTag{});
+  region_->Release(2 * kG, 100, FreeTag{});
+  region_->Release(0, kG + 100, FreeTag{});
+  // The destructor unmaps the backed stretch in one call (a union of whole
+  // mappings); the pages stay in the pool, spare.
+  region_.reset();
+  EXPECT_EQ(driver_.calls(DriverOp::kUnmap), 1u);
+  EXPECT_EQ(driver_.contract_counts().mappings, 0u);
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(pool_.page(chunk.first + i).spare());
+  }
+}
+
+TEST_F(StaticRegionTest, PagesOfSeveralChunksAreMappedRunByRun) {
+  // Granule k backed with pages[k], each a chunk of its own: one map each.
+  CreateBacked(4);
   EXPECT_EQ(driver_.calls(DriverOp::kMap), 4u);
   EXPECT_EQ(driver_.calls(DriverOp::kSetAccess), 1u);
   EXPECT_EQ(driver_.contract_counts().mappings, 4u);
-  region_.reset();  // unmaps, frees the reservation; the pages stay
+  region_.reset();
   EXPECT_EQ(driver_.contract_counts().mappings, 0u);
-  EXPECT_EQ(driver_.contract_counts().reservations, 0u);
-  for (PageId id : pages) {
-    EXPECT_EQ(pool_.page(id).static_granule, kNoGranule);
-  }
 }
 
-TEST_F(StaticRegionTest, AFailedMapUndoesEverything) {
+TEST_F(StaticRegionTest, AFailedBackingMapsNothing) {
+  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan_.region_bytes)).value();
   std::vector<PageId> pages = Pages(4);
+  auto attempt = [&](FixedSource& source) {
+    EXPECT_EQ(region_->TryOccupy(0, 4 * kG, AnyPage),
+              StaticRegion::Occupied::kNeedsBacking);
+    Status status = region_->Back(0, 4 * kG, source);
+    region_->Release(0, 4 * kG, FreeTag{});
+    return status;
+  };
+  auto nothing_mapped = [&] {
+    EXPECT_EQ(driver_.contract_counts().mappings, 0u);
+    EXPECT_EQ(region_->backed_bytes(), 0u);
+    for (PageId id : pages) {
+      EXPECT_TRUE(pool_.page(id).spare());
+      EXPECT_EQ(pool_.page(id).static_users, 0u);
+    }
+    region_->CheckInvariants();
+  };
+  // The third map fails: the two before are unmapped again.
   driver_.InjectFailure(DriverOp::kMap, 3, InternalError("injected"));
-  EXPECT_FALSE(StaticRegion::Create(driver_, pool_, 0, plan_, pages).ok());
-  EXPECT_EQ(driver_.contract_counts().mappings, 0u);
-  EXPECT_EQ(driver_.contract_counts().reservations, 0u);
-  for (PageId id : pages) {
-    EXPECT_EQ(pool_.page(id).static_granule, kNoGranule);
-  }
+  FixedSource a(pool_, pages);
+  EXPECT_EQ(attempt(a).code(), StatusCode::kInternal);
+  nothing_mapped();
+  // Access cannot be granted: every page mapped for it goes back.
   driver_.InjectFailure(DriverOp::kSetAccess, 1, InternalError("injected"));
-  EXPECT_FALSE(StaticRegion::Create(driver_, pool_, 0, plan_, pages).ok());
-  EXPECT_EQ(driver_.contract_counts().mappings, 0u);
-  EXPECT_EQ(driver_.contract_counts().reservations, 0u);
+  FixedSource b(pool_, pages);
+  EXPECT_EQ(attempt(b).code(), StatusCode::kInternal);
+  nothing_mapped();
+  // The source runs dry after two pages.
+  FixedSource c(pool_, {pages[0], pages[1]});
+  EXPECT_EQ(attempt(c).code(), StatusCode::kOutOfMemory);
+  nothing_mapped();
+  // The same pages back it on the next try.
+  FixedSource d(pool_, pages);
+  EXPECT_TRUE(attempt(d).ok());
+  EXPECT_EQ(region_->backed_bytes(), 4 * kG);
+  EXPECT_EQ(driver_.contract_counts().mappings, 4u);
 }
 
 TEST_F(StaticRegionTest, TryOccupyIsTheSafetyCheck) {
-  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan_, Pages(4)))
-                .value();
+  CreateBacked(4);
   // A spans granule 0 and 512 bytes of granule 1.
-  ASSERT_TRUE(region_->TryOccupy(0, kG + 512, AnyPage));
+  ASSERT_EQ(region_->TryOccupy(0, kG + 512, AnyPage),
+            StaticRegion::Occupied::kYes);
   EXPECT_EQ(pool_.page(region_->page(0)).static_users, 1u);
   EXPECT_EQ(pool_.page(region_->page(1)).static_users, 1u);
   EXPECT_EQ(region_->occupied_bytes(), kG + 512);
   // Anything overlapping a live byte is refused, and records nothing.
-  EXPECT_FALSE(region_->TryOccupy(kG, 1024, AnyPage));
-  EXPECT_FALSE(region_->TryOccupy(100, 10, AnyPage));
+  EXPECT_EQ(region_->TryOccupy(kG, 1024, AnyPage),
+            StaticRegion::Occupied::kNo);
+  EXPECT_EQ(region_->TryOccupy(100, 10, AnyPage),
+            StaticRegion::Occupied::kNo);
   EXPECT_FALSE(region_->RangeFree(kG + 511, 1));
   EXPECT_TRUE(region_->RangeFree(kG + 512, 512));
   // The bytes right after are free, in the same granule.
-  ASSERT_TRUE(region_->TryOccupy(kG + 512, 512, AnyPage));
+  ASSERT_EQ(region_->TryOccupy(kG + 512, 512, AnyPage),
+            StaticRegion::Occupied::kYes);
   EXPECT_EQ(pool_.page(region_->page(1)).static_users, 2u);
   // A page the caller refuses (lent to the arena, another stream's work):
   // nothing is recorded.
-  EXPECT_FALSE(region_->TryOccupy(
-      2 * kG, kG, [](Page&, uint32_t, uint32_t) { return false; }));
+  EXPECT_EQ(region_->TryOccupy(
+      2 * kG, kG, [](Page&, uint32_t, uint32_t) { return false; }),
+            StaticRegion::Occupied::kNo);
   EXPECT_EQ(pool_.page(region_->page(2)).static_users, 0u);
   // The bytes the check is asked about, per page.
   std::vector<std::pair<uint32_t, uint32_t>> asked;
-  ASSERT_TRUE(region_->TryOccupy(2 * kG + 4096, kG + 100,
+  ASSERT_EQ(region_->TryOccupy(2 * kG + 4096, kG + 100,
                                  [&](Page&, uint32_t lo, uint32_t hi) {
                                    asked.emplace_back(lo, hi);
                                    return true;
-                                 }));
+                                 }),
+            StaticRegion::Occupied::kYes);
   EXPECT_EQ(asked, (std::vector<std::pair<uint32_t, uint32_t>>{
                        {4096, kG}, {0, 4096 + 100}}));
   // Out of the region, or empty: refused.
-  EXPECT_FALSE(region_->TryOccupy(4 * kG - 10, 20, AnyPage));
-  EXPECT_FALSE(region_->TryOccupy(0, 0, AnyPage));
+  EXPECT_EQ(region_->TryOccupy(4 * kG - 10, 20, AnyPage),
+            StaticRegion::Occupied::kNo);
+  EXPECT_EQ(region_->TryOccupy(0, 0, AnyPage),
+            StaticRegion::Occupied::kNo);
   region_->CheckInvariants();
   // Releasing fences the bytes with the free's tag (not for epoch 0: one
   // stream, nothing to wait for).
@@ -137,97 +280,47 @@ TEST_F(StaticRegionTest, TryOccupyIsTheSafetyCheck) {
   region_->CheckInvariants();
 }
 
-TEST_F(StaticRegionTest, TimeToNextUseFollowsThePlanCyclically) {
-  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan_, Pages(4)))
-                .value();
-  // Granule 0: A starts at 10.
-  EXPECT_EQ(region_->TimeToNextUse(0, 5), 5);
-  EXPECT_EQ(region_->TimeToNextUse(0, 50), 60);   // next iteration's 10
-  EXPECT_EQ(region_->TimeToNextUse(0, 150), 60);  // times wrap the period
-  // Granule 2: B starts at 60.
-  EXPECT_EQ(region_->TimeToNextUse(2, 10), 50);
-  // Granule 3: persistent.
-  EXPECT_EQ(region_->TimeToNextUse(3, 10), 0);
-  // In the set-up: the first planned start of the first iteration.
-  EXPECT_EQ(region_->TimeToNextUse(0, 0, /*in_setup=*/true), 10);
-  EXPECT_EQ(region_->TimeToNextUse(3, 0, /*in_setup=*/true), 0);
-}
-
-TEST_F(StaticRegionTest, NeverUsedGranulesAreNeverNeeded) {
-  RuntimePlan plan = plan_;
-  plan.region_bytes = 5 * kG;  // granule 4: no planned request
-  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan, Pages(5)))
-                .value();
-  EXPECT_EQ(region_->TimeToNextUse(4, 10), StaticRegion::kNever);
-  EXPECT_EQ(region_->TimeToNextUse(4, 0, true), StaticRegion::kNever);
-}
-
-TEST_F(StaticRegionTest, AFailedReserveTouchesNoPage) {
-  std::vector<PageId> pages = Pages(4);
+TEST_F(StaticRegionTest, AFailedReserveLeavesNothing) {
   driver_.InjectFailure(DriverOp::kReserve, 1, OutOfMemoryError("injected"));
   StatusOr<std::unique_ptr<StaticRegion>> r =
-      StaticRegion::Create(driver_, pool_, 0, plan_, pages);
+      StaticRegion::Create(driver_, pool_, 0, plan_.region_bytes);
   EXPECT_EQ(r.status().code(), StatusCode::kOutOfMemory);
-  EXPECT_EQ(driver_.calls(DriverOp::kMap), 0u);
   EXPECT_EQ(driver_.contract_counts().reservations, 0u);
-  for (PageId id : pages) {
-    EXPECT_EQ(pool_.page(id).static_granule, kNoGranule);
-  }
-}
-
-TEST_F(StaticRegionTest, AFailedSetAccessLeavesThePagesAsTheyWere) {
-  std::vector<PageId> pages = Pages(4);
-  driver_.InjectFailure(DriverOp::kSetAccess, 1, InternalError("injected"));
-  StatusOr<std::unique_ptr<StaticRegion>> r =
-      StaticRegion::Create(driver_, pool_, 0, plan_, pages);
-  EXPECT_EQ(r.status().code(), StatusCode::kInternal);
-  // Every page mapped for it was unmapped again and is still the pool's:
-  // live, mapped nowhere, no handle released or leaked.
-  EXPECT_EQ(driver_.calls(DriverOp::kUnmap), 4u);
-  const ContractCounts counts = driver_.contract_counts();
-  EXPECT_EQ(counts.mappings, 0u);
-  EXPECT_EQ(counts.reservations, 0u);
-  EXPECT_EQ(counts.handles, 4u);
-  for (PageId id : pages) {
-    EXPECT_TRUE(pool_.page(id).live);
-    EXPECT_EQ(pool_.page(id).static_granule, kNoGranule);
-    EXPECT_EQ(pool_.page(id).static_users, 0u);
-  }
-  // The same pages make a region on the next try.
-  r = StaticRegion::Create(driver_, pool_, 0, plan_, pages);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  region_ = std::move(r).value();
-  EXPECT_EQ(driver_.contract_counts().mappings, 4u);
 }
 
 TEST_F(StaticRegionTest, ARegionWithoutGranulesIsRefused) {
   RuntimePlan empty;
   StatusOr<std::unique_ptr<StaticRegion>> r =
-      StaticRegion::Create(driver_, pool_, 0, empty, {});
+      StaticRegion::Create(driver_, pool_, 0, empty.region_bytes);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  RuntimePlan odd = plan_;
+  odd.region_bytes = 4 * kG + 512;
+  r = StaticRegion::Create(driver_, pool_, 0, odd.region_bytes);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(driver_.calls(DriverOp::kReserve), 0u);
 }
 
 TEST_F(StaticRegionTest, ARangeWrappingPastTheAddressSpaceIsNotFree) {
-  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan_, Pages(4)))
-                .value();
+  CreateBacked(4);
   const uint64_t near_end = ~uint64_t{0} - 10;
   // offset + size wraps to 89, inside the region: still not a free range of
   // it (nor one TryOccupy takes).
   EXPECT_FALSE(region_->RangeFree(near_end, 100));
-  EXPECT_FALSE(region_->TryOccupy(near_end, 100, AnyPage));
+  EXPECT_EQ(region_->TryOccupy(near_end, 100, AnyPage),
+            StaticRegion::Occupied::kNo);
   EXPECT_FALSE(region_->RangeFree(4 * kG, 1));
   EXPECT_TRUE(region_->RangeFree(4 * kG - 1, 1));
   EXPECT_TRUE(region_->RangeFree(0, 4 * kG));
 }
 
 TEST_F(StaticRegionTest, ABlockedLaterGranuleRecordsNothingInEarlierOnes) {
-  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan_, Pages(4)))
-                .value();
-  ASSERT_TRUE(region_->TryOccupy(2 * kG + 100, 100, AnyPage));
+  CreateBacked(4);
+  ASSERT_EQ(region_->TryOccupy(2 * kG + 100, 100, AnyPage),
+            StaticRegion::Occupied::kYes);
   // [0, 3 kG) would be fine in granules 0 and 1 but meets the live piece of
   // granule 2: refused, and granules 0 and 1 are untouched.
-  EXPECT_FALSE(region_->TryOccupy(0, 3 * kG, AnyPage));
+  EXPECT_EQ(region_->TryOccupy(0, 3 * kG, AnyPage),
+            StaticRegion::Occupied::kNo);
   EXPECT_EQ(pool_.page(region_->page(0)).static_users, 0u);
   EXPECT_EQ(pool_.page(region_->page(1)).static_users, 0u);
   EXPECT_TRUE(region_->RangeFree(0, 2 * kG));
@@ -235,13 +328,14 @@ TEST_F(StaticRegionTest, ABlockedLaterGranuleRecordsNothingInEarlierOnes) {
   region_->CheckInvariants();
   // The same when the caller refuses the last page only.
   const Page* last = &pool_.page(region_->page(3));
-  EXPECT_FALSE(
-      region_->TryOccupy(0, 2 * kG + 1, [&](Page& page, uint32_t, uint32_t) {
+  EXPECT_EQ(region_->TryOccupy(0, 2 * kG + 1, [&](Page& page, uint32_t, uint32_t) {
         return &page != &pool_.page(region_->page(2));
-      }));
-  EXPECT_FALSE(region_->TryOccupy(
+      }),
+            StaticRegion::Occupied::kNo);
+  EXPECT_EQ(region_->TryOccupy(
       3 * kG - 10, 20,
-      [&](Page& page, uint32_t, uint32_t) { return &page != last; }));
+      [&](Page& page, uint32_t, uint32_t) { return &page != last; }),
+            StaticRegion::Occupied::kNo);
   EXPECT_EQ(pool_.page(region_->page(0)).static_users, 0u);
   EXPECT_EQ(pool_.page(region_->page(2)).static_users, 1u);
   EXPECT_EQ(region_->occupied_bytes(), 100u);
@@ -255,8 +349,7 @@ TEST_F(StaticRegionTest, ABlockedLaterGranuleRecordsNothingInEarlierOnes) {
 // ever held by two live allocations; each page counts the live allocations
 // on it.
 TEST_F(StaticRegionTest, RandomHandOutsNeverShareAByte) {
-  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan_, Pages(4)))
-                .value();
+  CreateBacked(4);
   std::mt19937_64 rng(12);
   std::map<uint64_t, uint64_t> live;  // offset -> end
   uint64_t live_bytes = 0;
@@ -286,9 +379,10 @@ TEST_F(StaticRegionTest, RandomHandOutsNeverShareAByte) {
       const Page* refused_page =
           refused >= 0 ? &pool_.page(region_->page(refused)) : nullptr;
       const bool got =
-          region_->TryOccupy(offset, size, [&](Page& page, uint32_t, uint32_t) {
-            return &page != refused_page;
-          });
+          region_->TryOccupy(offset, size,
+                             [&](Page& page, uint32_t, uint32_t) {
+                               return &page != refused_page;
+                             }) == StaticRegion::Occupied::kYes;
       ASSERT_EQ(got, expected)
           << "step " << step << ": [" << offset << ", " << end << ")";
       if (got) {
@@ -313,19 +407,6 @@ TEST_F(StaticRegionTest, RandomHandOutsNeverShareAByte) {
   EXPECT_EQ(region_->occupied_bytes(), 0u);
 }
 
-TEST_F(StaticRegionTest, WithoutAPeriodAPlannedGranuleIsAlwaysNeeded) {
-  RuntimePlan plan = plan_;
-  plan.period = 0;
-  plan.region_bytes = 5 * kG;
-  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan, Pages(5)))
-                .value();
-  // Not cyclic: nothing says when a used granule is free again.
-  EXPECT_EQ(region_->TimeToNextUse(0, 50), 0);
-  EXPECT_EQ(region_->TimeToNextUse(2, 0), 0);
-  EXPECT_EQ(region_->TimeToNextUse(4, 10), StaticRegion::kNever);
-  EXPECT_EQ(region_->TimeToNextUse(2, 0, /*in_setup=*/true), 60);
-}
-
 // With real memory: granule k is backed by pages[k] (whatever its id), and
 // two planned allocations next to each other keep their own bytes.
 TEST(StaticRegionHostTest, PlannedBytesLandOnTheirGranulesPage) {
@@ -340,17 +421,26 @@ TEST(StaticRegionHostTest, PlannedBytesLandOnTheirGranulesPage) {
   RuntimePlan plan;
   plan.region_bytes = 3 * kG;
   std::unique_ptr<StaticRegion> region =
-      std::move(StaticRegion::Create(*driver, pool, 0, plan, pages)).value();
+      std::move(StaticRegion::Create(*driver, pool, 0, plan.region_bytes)).value();
   auto any = [](Page&, uint32_t, uint32_t) { return true; };
+  {
+    FixedSource source(pool, pages);
+    ASSERT_EQ(region->TryOccupy(0, 3 * kG, any),
+              StaticRegion::Occupied::kNeedsBacking);
+    ASSERT_TRUE(region->Back(0, 3 * kG, source).ok());
+    region->Release(0, 3 * kG, FreeTag{});
+  }
   // A: [100, kG + 100), B: [kG + 100, 2 kG + 50).
-  ASSERT_TRUE(region->TryOccupy(100, kG, any));
-  ASSERT_TRUE(region->TryOccupy(kG + 100, kG - 50, any));
+  ASSERT_EQ(region->TryOccupy(100, kG, any),
+            StaticRegion::Occupied::kYes);
+  ASSERT_EQ(region->TryOccupy(kG + 100, kG - 50, any),
+            StaticRegion::Occupied::kYes);
   const DevicePtr base = region->base();
   ASSERT_TRUE(driver->Memset(base + 100, 0xA1, kG).ok());
   ASSERT_TRUE(driver->Memset(base + kG + 100, 0xB2, kG - 50).ok());
   // Granule 1 seen through a second mapping of pages[1]'s handle.
   const DevicePtr view = *driver->Reserve(kG);
-  ASSERT_TRUE(driver->Map(view, kG, pool.page(pages[1]).handle).ok());
+  ASSERT_TRUE(pool.MapRun(view, PageRun{pages[1], 1}).ok());
   ASSERT_TRUE(driver->SetAccess(view, kG, 0).ok());
   std::vector<uint8_t> bytes(kG);
   ASSERT_TRUE(driver->CopyToHost(bytes.data(), view, kG).ok());
@@ -372,34 +462,41 @@ TEST(StaticRegionHostTest, PlannedBytesLandOnTheirGranulesPage) {
 // Broken preconditions are bugs in the caller: they abort, naming them.
 using StaticRegionDeathTest = StaticRegionTest;
 
-TEST_F(StaticRegionDeathTest, PagesMustCoverTheRegionExactly) {
-  std::vector<PageId> pages = Pages(3);
-  EXPECT_DEATH(StaticRegion::Create(driver_, pool_, 0, plan_, pages)
-                   .status()
-                   .IgnoreError(),
-               "region of 262144 bytes with 3 pages");
-}
-
 TEST_F(StaticRegionDeathTest, APageBacksOneStaticGranuleOnly) {
   std::vector<PageId> pages = Pages(4);
-  region_ =
-      std::move(StaticRegion::Create(driver_, pool_, 0, plan_, pages)).value();
-  EXPECT_DEATH(StaticRegion::Create(driver_, pool_, 0, plan_, pages)
-                   .status()
-                   .IgnoreError(),
+  CreateBacked(plan_, pages);
+  // A source that gives a page already backing a granule is a bug.
+  RuntimePlan other = plan_;
+  std::unique_ptr<StaticRegion> second =
+      std::move(StaticRegion::Create(driver_, pool_, 0, other.region_bytes)).value();
+  FixedSource source(pool_, {pages[0]});
+  ASSERT_EQ(second->TryOccupy(0, 100, AnyPage),
+            StaticRegion::Occupied::kNeedsBacking);
+  EXPECT_DEATH(second->Back(0, 100, source).IgnoreError(),
                "static_granule == kNoGranule");
-  std::vector<PageId> twice = Pages(3);
-  twice.push_back(twice[0]);
-  EXPECT_DEATH(StaticRegion::Create(driver_, pool_, 0, plan_, twice)
-                   .status()
-                   .IgnoreError(),
-               "static_granule == kNoGranule");
+  second->Release(0, 100, FreeTag{});
+}
+
+TEST_F(StaticRegionDeathTest, ASourceGivingTooManyPagesAborts) {
+  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan_.region_bytes)).value();
+  class Greedy : public PageSource {
+   public:
+    explicit Greedy(PageRun run) : run_(run) {}
+    StatusOr<PageRun> Take(uint32_t, uint32_t) override { return run_; }
+    PageRun run_;
+  };
+  Greedy greedy(*pool_.GrowRun(8));
+  ASSERT_EQ(region_->TryOccupy(0, 100, AnyPage),
+            StaticRegion::Occupied::kNeedsBacking);
+  EXPECT_DEATH(region_->Back(0, 100, greedy).IgnoreError(),
+               "page source gave 8 pages for 1 granules");
+  region_->Release(0, 100, FreeTag{});
 }
 
 TEST_F(StaticRegionDeathTest, ReleasingBytesThatAreNotLiveAborts) {
-  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan_, Pages(4)))
-                .value();
-  ASSERT_TRUE(region_->TryOccupy(0, kG + 512, AnyPage));
+  CreateBacked(4);
+  ASSERT_EQ(region_->TryOccupy(0, kG + 512, AnyPage),
+            StaticRegion::Occupied::kYes);
   EXPECT_DEATH(region_->Release(2 * kG, kG, FreeTag{}), "not live");
   EXPECT_DEATH(region_->Release(kG + 512, 512, FreeTag{}), "not live");
   EXPECT_DEATH(region_->Release(0, 100, FreeTag{}), "not live");

@@ -212,6 +212,7 @@ std::vector<std::pair<std::string, uint64_t>> LoomSimAllocator::Counters()
       {"idle_static_placements", s.idle_static_placements},
       {"arena_maps", s.arena_maps},
       {"static_region_bytes", s.static_region_bytes},
+      {"static_backed_bytes", s.static_backed_bytes},
       {"iterations", s.iterations},
   };
   if (options_.check_data) out.emplace_back("corrupted", corrupted_);

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""The plan-miss suite: loom planned from one run, measured on another.
+
+Every row replays one workload through PyTorch's caching allocator, its
+expandable segments, a GMLake-style stitcher (simulated) and loom's real
+run-time allocator (fake driver), with loom's plan made from a *different*
+trace than the one measured: a perturbed copy of a snapshot (the plan comes
+from the unperturbed step), another seed of a built-in workload, or the first
+iterations of a recorded multi-iteration trace. The same row is replayed
+once more on the host backend with `--check-data` (real memory, every
+allocation stamped and verified at its free).
+
+Usage (repository root, after `bazel build //cli:loom_tool`):
+
+    .venv/bin/python bench/misses/misses.py [--quick] [--out FILE] [--json FILE]
+
+`--quick` runs the short suite that `./loom test` runs (tests/misses_test.py).
+Writes the Markdown table to stdout (or --out); --json writes the raw rows.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TOOL = REPO / "bazel-bin/cli/loom_tool"
+SNAPSHOTS = REPO / "bench/data/pytorch_snapshots/raw"
+RECORDED = REPO / "bench/data/recorded"
+BASELINES = ("pytorch", "pytorch_expandable", "gmlake")
+MOE = ("moe", "moe_comm", "moe_dropless", "moe_capacity")
+
+
+def full_suite(snapshot_traces):
+    rows = []
+    for name, trace in snapshot_traces:
+        for level in (1, 3, 10):
+            for seed in (1, 2):
+                p = f"drop={level}%,add={level}%,resize={level}%,seed={seed}"
+                rows.append((f"{name} perturbed {level}% (seed {seed})", trace,
+                             ["--perturb", p]))
+    for w in MOE:
+        rows.append((f"builtin:{w} planned from seed 2", f"builtin:{w}",
+                     ["--plan-from", f"builtin:{w}:seed=2"]))
+    rows.append(("builtin:moe:routing_skew=2 planned from seed 2",
+                 "builtin:moe:routing_skew=2",
+                 ["--plan-from", "builtin:moe:routing_skew=2,seed=2"]))
+    rows.append(("builtin:varlen planned from seed 2", "builtin:varlen",
+                 ["--plan-from", "builtin:varlen:seed=2"]))
+    rows.append(("builtin:eval planned from seed 2", "builtin:eval",
+                 ["--plan-from", "builtin:eval:seed=2"]))
+    rows.append(("builtin:dense planned from seed 2", "builtin:dense",
+                 ["--plan-from", "builtin:dense:seed=2"]))
+    for trace in sorted(RECORDED.glob("*.ltb")):
+        rows.append((f"recorded {trace.stem} planned from iterations 0-2",
+                     str(trace), ["--plan-from", "first:3"]))
+    return rows
+
+
+def quick_suite(snapshot_traces):
+    name, trace = snapshot_traces[0]
+    return [
+        (f"{name} perturbed 3% (seed 1)", trace,
+         ["--perturb", "drop=3%,add=3%,resize=3%,seed=1"]),
+        ("builtin:moe planned from seed 2", "builtin:moe",
+         ["--plan-from", "builtin:moe:seed=2"]),
+        ("recorded mixtral_plain planned from iterations 0-2",
+         str(RECORDED / "mixtral_plain.ltb"), ["--plan-from", "first:3"]),
+    ]
+
+
+def import_snapshots(work, only_first=False):
+    out = []
+    pickles = sorted(SNAPSHOTS.glob("*.pickle"))
+    if only_first:
+        pickles = pickles[:1]
+    env = dict(os.environ, PYTHONPATH=str(REPO / "torch_plugin"))
+    for p in pickles:
+        trace = Path(work) / f"{p.stem}.ltt"
+        subprocess.run([sys.executable, "-m", "loom", "import", str(p), "-o",
+                        str(trace)], check=True, env=env, cwd=REPO,
+                       capture_output=True, text=True)
+        out.append((p.stem, str(trace)))
+    return out
+
+
+def tool(*args):
+    done = subprocess.run([str(TOOL), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"loom_tool {' '.join(args)}: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def measure(label, spec, extra, time_limit):
+    t0 = time.time()
+    rows = tool("compare", spec, "--json", "--loom-time-limit",
+                str(time_limit), *extra)
+    by = {r["allocator"]: r for r in rows}
+    replay = tool("replay", spec, "--json", "--backend", "host",
+                  "--check-data", "--time-limit", str(time_limit),
+                  *(["--plan-from", extra[1]] if extra[0] == "--plan-from"
+                    else ["--self-plan", "--perturb", extra[1]]))
+    loom = by["loom"]
+    best = max(BASELINES, key=lambda a: by[a]["efficiency"])
+    c = loom["counters"]
+    hits, misses = c.get("plan_hits", 0), c.get("plan_misses", 0)
+    return {
+        "row": label,
+        "input": spec,
+        "options": extra,
+        "peak_allocated_bytes": loom["peak_allocated_bytes"],
+        "efficiency": {a: by[a]["efficiency"] for a in by},
+        "peak_reserved_bytes": {a: by[a]["peak_reserved_bytes"] for a in by},
+        "best_baseline": best,
+        "driver_calls": {a: by[a]["driver_calls"]["total"] for a in by},
+        "loom_steady_driver_calls": c.get("steady_driver_calls"),
+        "loom_counters": c,
+        "hit_rate": hits / (hits + misses) if hits + misses else None,
+        "host_corrupted": replay["corrupted"],
+        "host_data_checked": replay["data_checked"],
+        "host_efficiency": replay["efficiency"],
+        "seconds": round(time.time() - t0, 1),
+    }
+
+
+def pct(x):
+    return f"{100 * x:.2f}%"
+
+
+def table(results):
+    lines = [
+        "| row | peak alloc (GiB) | pytorch | expandable | gmlake | loom "
+        "| loom unplanned | loom - best | hit rate | loom calls (warm-up / "
+        "steady) | expandable calls | corrupted (host) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        e = r["efficiency"]
+        best = e[r["best_baseline"]]
+        calls = r["driver_calls"]["loom"]
+        steady = r["loom_steady_driver_calls"]
+        lines.append(
+            f"| {r['row']} | {r['peak_allocated_bytes'] / 2**30:.2f} "
+            f"| {pct(e['pytorch'])} | {pct(e['pytorch_expandable'])} "
+            f"| {pct(e['gmlake'])} | **{pct(e['loom'])}** "
+            f"| {pct(e['loom_unplanned'])} "
+            f"| {100 * (e['loom'] - best):+.2f} "
+            f"| {'-' if r['hit_rate'] is None else pct(r['hit_rate'])} "
+            f"| {calls} / {'-' if steady is None else steady} "
+            f"| {r['driver_calls']['pytorch_expandable']} "
+            f"| {r['host_corrupted']} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out")
+    ap.add_argument("--json", dest="json_out")
+    ap.add_argument("--time-limit", type=float, default=5)
+    ap.add_argument("--only", help="substring of the rows to run")
+    args = ap.parse_args()
+    if not TOOL.exists():
+        sys.exit(f"{TOOL} is not built: bazel build //cli:loom_tool")
+    with tempfile.TemporaryDirectory() as work:
+        snaps = import_snapshots(work, only_first=args.quick)
+        rows = quick_suite(snaps) if args.quick else full_suite(snaps)
+        if args.only:
+            rows = [r for r in rows if args.only in r[0]]
+        results = []
+        for label, spec, extra in rows:
+            r = measure(label, spec, extra, args.time_limit)
+            print(f"{label}: loom {pct(r['efficiency']['loom'])} best "
+                  f"{pct(r['efficiency'][r['best_baseline']])} unplanned "
+                  f"{pct(r['efficiency']['loom_unplanned'])} "
+                  f"({r['seconds']} s)", file=sys.stderr)
+            results.append(r)
+    text = table(results)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    else:
+        print(text)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+// FitMonitor: does the installed plan fit the requests coming now?
+//
+// A plan fits a run that repeats the requests it was made from; a foreign
+// plan (another model, another batch size), a new shape of iteration (a
+// sequence length or an evaluation step the plan never saw) or a heavily
+// perturbed run misses most of its requests, and then the static region
+// only holds memory the dynamic space needs. The monitor sees every request
+// the matcher routes (a hit: served at its planned range; a miss: anything
+// else) and judges the plan over a sliding window of the last kWindow of
+// them: once at least kMinRecords requests of the current iteration were
+// seen and fewer than kMinHitRate of the window hit, the plan is suspended
+// until the next iteration begins (the allocator then serves everything
+// from its dynamic space and lends it every idle static page). Counts of
+// suspended iterations tell the re-planner (autoplan/) when to record the
+// new shape. Not thread-safe: the allocator serialises access.
+#ifndef LOOM_VMM_FIT_MONITOR_H_
+#define LOOM_VMM_FIT_MONITOR_H_
+
+#include <bit>
+#include <cstdint>
+
+namespace loom::vmm {
+
+class FitMonitor {
+ public:
+  static constexpr uint32_t kWindow = 64;       // requests judged together
+  static constexpr uint32_t kMinRecords = 32;   // seen before judging
+  static constexpr double kMinHitRate = 0.875;  // of the window
+
+  // A new iteration: the plan gets another chance.
+  void IterationBegin() {
+    if (suspended_) ++suspended_iterations_;
+    last_iteration_suspended_ = suspended_;
+    suspended_ = false;
+    window_ = 0;
+    records_ = 0;
+  }
+  // Records one routed request; returns true when it suspends the plan.
+  bool Record(bool hit) {
+    window_ = (window_ << 1) | (hit ? 1 : 0);
+    ++records_;
+    if (suspended_ || records_ < kMinRecords) return false;
+    const uint32_t seen = records_ < kWindow ? records_ : kWindow;
+    const uint64_t mask = seen == 64 ? ~uint64_t{0} : (uint64_t{1} << seen) - 1;
+    const int hits = std::popcount(window_ & mask);
+    if (hits >= kMinHitRate * seen) return false;
+    suspended_ = true;
+    ++suspensions_;
+    return true;
+  }
+  bool suspended() const { return suspended_; }
+  bool last_iteration_suspended() const { return last_iteration_suspended_; }
+  // Iterations that ended suspended, and suspensions in all.
+  uint64_t suspended_iterations() const { return suspended_iterations_; }
+  uint64_t suspensions() const { return suspensions_; }
+
+ private:
+  uint64_t window_ = 0;  // bit i: the i-th latest request hit
+  uint32_t records_ = 0;
+  bool suspended_ = false;
+  bool last_iteration_suspended_ = false;
+  uint64_t suspended_iterations_ = 0;
+  uint64_t suspensions_ = 0;
+};
+
+}  // namespace loom::vmm
+
+#endif  // LOOM_VMM_FIT_MONITOR_H_
