@@ -204,3 +204,46 @@ def test_the_api_refuses_what_it_cannot_compare():
         predict.largest_batch(lambda b: None, "1GiB", max_batch=0)
     with pytest.raises(loom.LoomError, match="not a byte count"):
         predict.compare_allocators("x.ltb", device_memory="lots")
+
+
+def test_an_allocator_that_cannot_start_within_the_device_does_not_fit(
+        monkeypatch, tmp_path):
+    """loom_tool fails the whole comparison when an allocator cannot even
+    start within the capacity (loom maps its plan's static region when it
+    starts): each allocator is then replayed alone, and the one that fails
+    only under the capacity gets its unlimited row, oom and the reason."""
+    calls = []
+
+    def row(name, reserved, oom=False):
+        return {"allocator": name, "peak_allocated_bytes": 10,
+                "peak_reserved_bytes": reserved, "oom": oom}
+
+    def fake_tool(args):
+        calls.append(args)
+        names = ["pytorch", "loom"]
+        if "--allocators" in args:
+            names = args[args.index("--allocators") + 1].split(",")
+        capped = "--capacity" in args
+        if capped and "loom" in names:
+            return subprocess.CompletedProcess(
+                args, 1, "", "loom compare: x.ltb: loom: building the static "
+                "region: fake device 0: cannot create 2097152 bytes\n")
+        rows = [row(n, 100 if n == "loom" else 50, oom=False)
+                for n in names]
+        return subprocess.CompletedProcess(args, 0, json.dumps(rows), "")
+
+    monkeypatch.setattr(predict, "capture_tool", fake_tool)
+    trace = tmp_path / "x.ltb"
+    rows = predict.compare_allocators(trace, device_memory=64)
+    assert [r["allocator"] for r in rows] == ["pytorch", "loom"]
+    assert rows[0] == row("pytorch", 50)
+    assert rows[1]["oom"] is True and rows[1]["peak_reserved_bytes"] == 100
+    assert "cannot create" in rows[1]["setup_error"]
+    assert [c[-2:] for c in calls[2:]] == [["--allocators", "pytorch"],
+                                          ["--allocators", "loom"]]
+    # Without a capacity the same failure is an error.
+    monkeypatch.setattr(predict, "capture_tool", lambda args: (
+        subprocess.CompletedProcess(args, 1, "", "loom compare: broken\n")))
+    with pytest.raises(loom.LoomError, match="compare failed: loom compare: "
+                       "broken"):
+        predict.compare_allocators(trace)
