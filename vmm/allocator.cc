@@ -129,6 +129,11 @@ bool Allocator::has_plan() const {
   return !variants_.empty();
 }
 
+bool Allocator::PlanSuspended() const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  return active_ != nullptr && fit_.suspended();
+}
+
 size_t Allocator::plan_variants() const {
   std::lock_guard<FutexMutex> lock(mu_);
   return variants_.size();
@@ -221,7 +226,26 @@ Status Allocator::AddPlanVariant(RuntimePlan plan) {
   if (variants_.empty() || region_ == nullptr) {
     return FailedPreconditionError("no plan installed to add a variant to");
   }
+  // Above the bytes of live persistent static allocations (the installed
+  // plans' weights and optimizer state, when they planned them): the new
+  // layout knows nothing of them. Everything else of the region is shared
+  // (only one iteration runs at a time), so are its pages.
+  const uint64_t floor = PersistentFloor();
+  if (floor > 0) ShiftPlan(plan, floor);
   LOOM_RETURN_IF_ERROR(CheckPlan(plan, region_->bytes()));
+  // The same requests as a variant already there: that one serves.
+  for (const std::unique_ptr<Variant>& v : variants_) {
+    const std::vector<PlannedRequest>& mine = v->plan.iteration;
+    if (mine.size() == plan.iteration.size() &&
+        std::equal(mine.begin(), mine.end(), plan.iteration.begin(),
+                   [](const PlannedRequest& a, const PlannedRequest& b) {
+                     return a.size == b.size;
+                   })) {
+      return AlreadyExistsError(
+          "a plan variant with the same {} requests is installed",
+          mine.size());
+    }
+  }
   if (variants_.size() >= kMaxVariants) {
     // The variant unused the longest goes (its windows' learned lifetimes
     // with it).
@@ -245,6 +269,45 @@ Status Allocator::AddPlanVariant(RuntimePlan plan) {
   stats_.plan_variants = variants_.size();
   FindWindow();
   return OkStatus();
+}
+
+uint64_t Allocator::PersistentFloor() const {
+  std::vector<std::pair<uint64_t, uint64_t>> persistent;  // [offset, end)
+  for (const std::unique_ptr<Variant>& v : variants_) {
+    for (const PlannedRequest& r : v->plan.prologue) {
+      if (r.offset != kUnplanned && v->plan.period > 0 &&
+          r.end - r.start >= v->plan.period) {
+        const uint64_t at = static_cast<uint64_t>(r.offset);
+        persistent.emplace_back(at, at + r.size);
+      }
+    }
+  }
+  uint64_t floor = 0;
+  if (persistent.empty()) return 0;
+  live_.ForEach([&](DevicePtr ptr, const Allocation& a) {
+    if (a.where != Where::kStatic) return;
+    const uint64_t at = ptr - region_->base();
+    for (const auto& [lo, hi] : persistent) {
+      if (at < hi && lo < at + a.size) {
+        floor = std::max(floor, at + a.size);
+        return;
+      }
+    }
+  });
+  return RoundUp(floor, granularity_);
+}
+
+void Allocator::ShiftPlan(RuntimePlan& plan, uint64_t by) const {
+  for (std::vector<PlannedRequest>* seq : {&plan.prologue, &plan.iteration}) {
+    for (PlannedRequest& r : *seq) {
+      if (r.offset != kUnplanned) r.offset += static_cast<int64_t>(by);
+    }
+  }
+  const uint32_t granules = static_cast<uint32_t>(by / granularity_);
+  for (DynamicWindow& w : plan.windows) {
+    for (uint32_t& k : w.idle_granules) k += granules;
+  }
+  plan.region_bytes += by;
 }
 
 Status Allocator::FreeIdleArenaPages() {
@@ -374,6 +437,13 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       ptr = ServeUnforeseen(size, stream, ExtraUntil(), {}, &where);
     } else if (match.entry->offset == kUnplanned) {
       ++stats_.unplanned;
+      // After the set-up, an early iteration's request without a steady
+      // twin counts against the fit like a miss (the steady iteration's
+      // own unplanned requests, which outlive it, do not).
+      if (match.prologue && !active_->matcher.in_setup() &&
+          fit_.Record(false)) {
+        ++stats_.plan_suspensions;
+      }
       ptr =
           AllocateInArena(size, stream, match.prologue ? -1 : match.entry->end);
     } else {

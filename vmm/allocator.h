@@ -107,7 +107,8 @@ class Allocator {
   // iteration and, from then on, any iteration whose first requests match
   // it best. At most kMaxVariants are kept (the least recently used one
   // goes). FAILED_PRECONDITION without an installed plan or with a region
-  // too small; INVALID_ARGUMENT for an inconsistent plan.
+  // too small; INVALID_ARGUMENT for an inconsistent plan; ALREADY_EXISTS
+  // (nothing changes) when a variant has the same request sizes.
   Status AddPlanVariant(RuntimePlan plan);
   // Removes every plan and gives the static region's pages back to the
   // dynamic space (after waiting for the work that may still use them).
@@ -115,6 +116,10 @@ class Allocator {
   Status UnloadPlans();
   bool has_plan() const;
   size_t plan_variants() const;
+  // True while the installed plan is suspended for the current iteration
+  // (it did not fit: fit_monitor.h).
+  bool PlanSuspended() const;
+  uint64_t granularity() const { return granularity_; }
   static constexpr size_t kMaxVariants = 8;
 
   // Serves `size` bytes on `stream`. OUT_OF_MEMORY (nothing leaked) when the
@@ -162,6 +167,9 @@ class Allocator {
   // new shape: frees of requests made before are not recorded, so the
   // trace is valid on its own. No effect while recording.
   void StartRecording(size_t capacity);
+  // Forgets what was recorded so far, keeping the buffer: the recording
+  // starts again now (requests made before are treated as above).
+  void ClearRecording();
   // Stops recording and frees the record buffer.
   void StopRecording();
   bool recording() const;
@@ -247,6 +255,11 @@ class Allocator {
   Allocator(Driver& driver, AllocatorOptions options, uint64_t granularity,
             uint64_t cap_bytes, uint64_t device_bytes);
   Status CheckPlan(const RuntimePlan& plan, uint64_t region_limit) const;
+  // The end of the live static allocations that installed plans placed for
+  // good (persistent), rounded up to a granule: where a new variant starts.
+  uint64_t PersistentFloor() const;
+  // Moves every planned offset of `plan` up by `by` bytes (its region too).
+  void ShiftPlan(RuntimePlan& plan, uint64_t by) const;
   // The matcher's entry for a request of `size`, from the active variant
   // (switching to another one if the iteration's first requests say so).
   Matcher::Match MatchRequest(uint64_t size);

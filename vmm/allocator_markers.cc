@@ -12,8 +12,6 @@ void Allocator::IterationBegin(uint64_t number) {
     stats_.last_iteration_hit_rate = static_cast<double>(iteration_hits_) /
                                      (iteration_hits_ + iteration_misses_);
   }
-  iteration_hits_ = 0;
-  iteration_misses_ = 0;
   ++stats_.iterations;
   fit_.IterationBegin();
   stats_.suspended_iterations = fit_.suspended_iterations();
@@ -24,6 +22,8 @@ void Allocator::IterationBegin(uint64_t number) {
     v->probe_hits = 0;
   }
   if (active_ != nullptr) active_->last_used = stats_.iterations;
+  iteration_hits_ = 0;
+  iteration_misses_ = 0;
 }
 
 void Allocator::IterationEnd(uint64_t number) {
@@ -145,6 +145,14 @@ void Allocator::StartRecording(size_t capacity) {
   trace_ = std::move(fresh);
   trace_.events.reserve(capacity);
   stats_.trace_events = 0;
+}
+
+void Allocator::ClearRecording() {
+  std::lock_guard<FutexMutex> lock(mu_);
+  trace_.events.clear();
+  record_from_id_ = next_request_id_;
+  stats_.trace_events = 0;
+  stats_.trace_truncated = false;
 }
 
 bool Allocator::recording() const {

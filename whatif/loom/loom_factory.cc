@@ -77,6 +77,12 @@ AllocatorFactory LoomAllocatorFactory(const LoomRowOptions& row) {
                 plan_csv, planned->instance, planned->result.offsets));
           }
           loom.plan = std::move(planned->runtime);
+          // As auto mode at run time: shapes the plan does not fit are
+          // recorded and planned as variants.
+          autoplan::ReplanOptions replan;
+          replan.plan_options.time_limit_seconds = options.time_limit_seconds;
+          replan.plan_options.scope = options.scope;
+          loom.replan = replan;
         }
         LOOM_ASSIGN_OR_RETURN(std::unique_ptr<LoomSimAllocator> inner,
                               LoomSimAllocator::Create(std::move(loom)));

@@ -62,10 +62,15 @@ StatusOr<std::unique_ptr<LoomSimAllocator>> LoomSimAllocator::Create(
   if (a->options_.plan.has_value()) {
     LOOM_RETURN_IF_ERROR(a->allocator_->LoadPlan(*a->options_.plan));
   }
+  if (a->options_.replan.has_value()) {
+    a->replanner_ = std::make_unique<autoplan::Replanner>(*a->allocator_,
+                                                          *a->options_.replan);
+  }
   return a;
 }
 
 LoomSimAllocator::~LoomSimAllocator() {
+  replanner_.reset();
   // Give everything back so the driver sees no leak.
   for (const auto& [address, live] : live_) {
     (void)live;
@@ -145,7 +150,8 @@ void LoomSimAllocator::OnMarker(const plan::Event& event) {
         steady_driver_calls_ =
             static_cast<int64_t>(now - calls_at_iteration_begin_);
       }
-      calls_at_iteration_begin_ = now;
+      if (replanner_ != nullptr) replanner_->BeforeIterationBegin();
+      calls_at_iteration_begin_ = DriverCallTotal();
       allocator_->IterationBegin(event.id);
       break;
     }
@@ -214,7 +220,16 @@ std::vector<std::pair<std::string, uint64_t>> LoomSimAllocator::Counters()
       {"static_region_bytes", s.static_region_bytes},
       {"static_backed_bytes", s.static_backed_bytes},
       {"iterations", s.iterations},
+      {"plan_suspensions", s.plan_suspensions},
+      {"suspended_iterations", s.suspended_iterations},
+      {"plan_variants", s.plan_variants},
+      {"variant_switches", s.variant_switches},
   };
+  if (replanner_ != nullptr) {
+    autoplan::ReplanStats r = replanner_->stats();
+    out.emplace_back("replans", r.replans);
+    out.emplace_back("replan_failures", r.failures);
+  }
   if (options_.check_data) out.emplace_back("corrupted", corrupted_);
   if (steady_driver_calls_ >= 0) {
     out.emplace_back("steady_driver_calls",

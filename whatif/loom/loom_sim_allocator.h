@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "whatif/sim/sim_allocator.h"
+#include "autoplan/replanner.h"
 #include "vmm/allocator.h"
 #include "vmm/driver.h"
 
@@ -35,6 +36,10 @@ struct LoomSimOptions {
   bool check_data = false;  // host backend only
   std::optional<vmm::RuntimePlan> plan;
   std::vector<std::string> names;  // the trace's name table, for markers
+  // Re-planning (autoplan/replanner.h), as auto mode does at run time: a
+  // shape of iteration the plan does not fit is recorded, planned (in the
+  // replay's thread: the same result every time) and added as a variant.
+  std::optional<autoplan::ReplanOptions> replan;
 };
 
 class LoomSimAllocator final : public SimAllocator {
@@ -55,6 +60,8 @@ class LoomSimAllocator final : public SimAllocator {
   Status CheckInvariants() const override;
 
   uint64_t corrupted() const { return corrupted_; }
+  // Null without re-planning.
+  const autoplan::Replanner* replanner() const { return replanner_.get(); }
   vmm::AllocatorStats loom_stats() const { return allocator_->stats(); }
 
  private:
@@ -66,6 +73,7 @@ class LoomSimAllocator final : public SimAllocator {
   LoomSimOptions options_;
   std::unique_ptr<vmm::Driver> driver_;
   std::unique_ptr<vmm::Allocator> allocator_;
+  std::unique_ptr<autoplan::Replanner> replanner_;  // after allocator_
   struct Live {
     uint64_t size;
     uint64_t tag;

@@ -1,0 +1,196 @@
+// Replanner: a shape of iteration the plan never saw is recorded, planned
+// and installed as a variant; from then on both shapes hit their plans with
+// no driver call; a recording that cannot be planned is reported.
+#include "autoplan/replanner.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "vmm/fake_driver.h"
+#include "vmm/plan_loader.h"
+
+namespace loom::autoplan {
+namespace {
+
+constexpr uint64_t kG = 64 << 10;
+
+// One iteration of a shape: buffers of `unit` bytes and multiples,
+// allocated and freed in a fixed nesting (an activation stack).
+void RunIteration(vmm::Allocator& a, uint64_t unit, uint64_t number,
+                  Replanner* replanner) {
+  if (replanner != nullptr) replanner->BeforeIterationBegin();
+  a.IterationBegin(number);
+  std::vector<vmm::DevicePtr> live;
+  for (uint64_t i = 1; i <= 6; ++i) {
+    StatusOr<vmm::DevicePtr> p = a.Allocate(unit * i, 0);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    live.push_back(*p);
+  }
+  for (int i = 0; i < 40; ++i) {  // short-lived temporaries
+    StatusOr<vmm::DevicePtr> t = a.Allocate(unit / 2 + 512 * i, 0);
+    ASSERT_TRUE(t.ok());
+    ASSERT_TRUE(a.Free(*t).ok());
+  }
+  while (!live.empty()) {
+    ASSERT_TRUE(a.Free(live.back()).ok());
+    live.pop_back();
+  }
+  a.IterationEnd(number);
+  a.CheckInvariants();
+}
+
+class ReplannerTest : public ::testing::Test {
+ protected:
+  ReplannerTest() {
+    vmm::FakeDriverOptions o;
+    o.granularity = kG;
+    o.capacity_per_device = 4096 * kG;
+    driver_ = std::make_unique<vmm::FakeDriver>(o);
+    vmm::AllocatorOptions options;
+    options.record_capacity = 100000;
+    allocator_ = std::move(vmm::Allocator::Create(*driver_, options)).value();
+  }
+  // Records two iterations of shape `unit` and installs their plan.
+  void PlanShape(uint64_t unit) {
+    RunIteration(*allocator_, unit, 0, nullptr);
+    RunIteration(*allocator_, unit, 1, nullptr);
+    plan::MakePlanOptions make;
+    make.time_limit_seconds = 1;
+    make.granule_bytes = kG;
+    make.include_persistent = false;
+    StatusOr<plan::MadePlan> made =
+        plan::MakePlan(allocator_->TakeTrace(), make);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    allocator_->StopRecording();
+    StatusOr<vmm::RuntimePlan> plan =
+        vmm::ToRuntimePlan(made->file, "test", kG);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    ASSERT_TRUE(allocator_->LoadPlan(*plan).ok());
+  }
+  uint64_t DriverCalls() const {
+    uint64_t n = 0;
+    for (vmm::DriverOp op : {vmm::DriverOp::kCreate, vmm::DriverOp::kMap,
+                             vmm::DriverOp::kUnmap, vmm::DriverOp::kRelease,
+                             vmm::DriverOp::kSetAccess}) {
+      n += driver_->calls(op);
+    }
+    return n;
+  }
+
+  std::unique_ptr<vmm::FakeDriver> driver_;
+  std::unique_ptr<vmm::Allocator> allocator_;
+};
+
+TEST_F(ReplannerTest, ANewShapeBecomesAVariantAndBothShapesHit) {
+  constexpr uint64_t kA = 3 * kG, kB = 5 * kG;  // two "sequence lengths"
+  PlanShape(kA);
+  ReplanOptions options;
+  options.plan_options.time_limit_seconds = 1;
+  Replanner replanner(*allocator_, options);
+  uint64_t n = 2;
+  RunIteration(*allocator_, kA, n++, &replanner);
+  EXPECT_FALSE(allocator_->PlanSuspended());
+  // Shape B: the plan does not fit it (suspended); the iteration is
+  // recorded with the next one, and planned at the boundary after that.
+  RunIteration(*allocator_, kB, n++, &replanner);
+  EXPECT_TRUE(allocator_->PlanSuspended());
+  RunIteration(*allocator_, kB, n++, &replanner);  // recorded on
+  EXPECT_EQ(replanner.stats().state, "extending");
+  RunIteration(*allocator_, kB, n++, &replanner);  // served by the variant
+  EXPECT_EQ(replanner.stats().attempts, 1u);
+  EXPECT_EQ(replanner.stats().replans, 1u) << replanner.stats().last_error;
+  EXPECT_EQ(allocator_->plan_variants(), 2u);
+  EXPECT_FALSE(allocator_->PlanSuspended());
+  // Alternating shapes: each iteration picks its variant by its first
+  // requests, every planned request hits, and after one round no driver
+  // call is made.
+  RunIteration(*allocator_, kA, n++, &replanner);
+  RunIteration(*allocator_, kB, n++, &replanner);
+  const uint64_t calls = DriverCalls();
+  const vmm::AllocatorStats before = allocator_->stats();
+  for (int round = 0; round < 4; ++round) {
+    RunIteration(*allocator_, round % 2 == 0 ? kA : kB, n++, &replanner);
+    EXPECT_FALSE(allocator_->PlanSuspended()) << "round " << round;
+  }
+  const vmm::AllocatorStats after = allocator_->stats();
+  EXPECT_EQ(after.plan_misses, before.plan_misses);
+  EXPECT_EQ(after.plan_hits - before.plan_hits, 4u * 46u);
+  EXPECT_GE(after.variant_switches - before.variant_switches, 3u);
+  EXPECT_EQ(DriverCalls(), calls) << "driver calls in steady state";
+  EXPECT_EQ(replanner.stats().attempts, 1u) << "nothing more to plan";
+}
+
+TEST_F(ReplannerTest, PlansInTheBackgroundAndInstallsAtABoundary) {
+  constexpr uint64_t kA = 2 * kG, kB = 7 * kG;
+  PlanShape(kA);
+  ReplanOptions options;
+  options.background = true;
+  options.plan_options.time_limit_seconds = 1;
+  Replanner replanner(*allocator_, options);
+  uint64_t n = 2;
+  RunIteration(*allocator_, kB, n++, &replanner);  // suspended, recorded
+  // Planning runs on its thread; each boundary checks whether it is done.
+  for (int i = 0; i < 500 && replanner.stats().replans == 0; ++i) {
+    RunIteration(*allocator_, kB, n++, &replanner);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(replanner.stats().replans, 1u) << replanner.stats().last_error;
+  EXPECT_EQ(allocator_->plan_variants(), 2u);
+  RunIteration(*allocator_, kB, n++, &replanner);
+  EXPECT_FALSE(allocator_->PlanSuspended());
+}
+
+TEST_F(ReplannerTest, NothingIsRecordedWhileThePlanFits) {
+  PlanShape(4 * kG);
+  Replanner replanner(*allocator_, ReplanOptions{});
+  for (uint64_t n = 2; n < 8; ++n) {
+    RunIteration(*allocator_, 4 * kG, n, &replanner);
+  }
+  EXPECT_EQ(replanner.stats().attempts, 0u);
+  EXPECT_EQ(replanner.stats().state, "watching");
+  EXPECT_TRUE(allocator_->recording()) << "one iteration at a time";
+  EXPECT_LT(allocator_->stats().trace_events, 200u);
+}
+
+TEST_F(ReplannerTest, APlanThatCannotBeMadeIsAFailureNotACrash) {
+  PlanShape(4 * kG);
+  ReplanOptions options;
+  options.plan_options.capacity = kG;  // no plan of the new shape fits
+  Replanner replanner(*allocator_, options);
+  uint64_t n = 2;
+  RunIteration(*allocator_, 4 * kG, n++, &replanner);  // starts watching
+  RunIteration(*allocator_, 9 * kG, n++, &replanner);  // suspended
+  RunIteration(*allocator_, 9 * kG, n++, &replanner);  // recorded on
+  replanner.BeforeIterationBegin();                    // plans: fails
+  EXPECT_EQ(replanner.stats().attempts, 1u);
+  EXPECT_EQ(replanner.stats().failures, 1u);
+  EXPECT_NE(replanner.stats().last_error.find("more than"), std::string::npos)
+      << replanner.stats().last_error;
+  EXPECT_EQ(allocator_->plan_variants(), 1u);
+  allocator_->CheckInvariants();
+}
+
+TEST_F(ReplannerTest, StopsAfterMaxReplans) {
+  PlanShape(4 * kG);
+  ReplanOptions options;
+  options.max_replans = 2;
+  options.plan_options.time_limit_seconds = 1;
+  Replanner replanner(*allocator_, options);
+  uint64_t n = 2;
+  RunIteration(*allocator_, 4 * kG, n++, &replanner);
+  // A new shape every other iteration: two attempts, then no more.
+  for (uint64_t unit : {5 * kG, 5 * kG, 6 * kG, 6 * kG, 7 * kG, 7 * kG,
+                        8 * kG, 8 * kG}) {
+    RunIteration(*allocator_, unit, n++, &replanner);
+  }
+  RunIteration(*allocator_, 4 * kG, n++, &replanner);
+  EXPECT_EQ(replanner.stats().attempts, 2u);
+  EXPECT_EQ(replanner.stats().state, "done");
+  EXPECT_EQ(allocator_->plan_variants(), 3u);
+}
+
+}  // namespace
+}  // namespace loom::autoplan
