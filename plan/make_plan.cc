@@ -1,5 +1,6 @@
 #include "plan/make_plan.h"
 
+#include <algorithm>
 #include <charconv>
 #include <utility>
 
@@ -10,6 +11,76 @@
 
 namespace loom::plan {
 namespace {
+
+// For a cyclic plan, the buffers that live the whole period (persistent:
+// weights, optimizer state) go first, packed at the bottom of the region in
+// id order, and everything else is planned above them. No peak is lost (a
+// persistent buffer is live all the time, so the lower bound is their sum
+// plus the rest's), and the layout above them is a region of its own: a
+// plan variant made later for another shape of iteration starts there too
+// and shares those granules (vmm/allocator.h).
+StatusOr<PlanResult> PlanPersistentFirst(const Instance& instance,
+                                         const PlannerOptions& planner) {
+  if (instance.period <= 0) return PlanInstance(instance, planner);
+  auto round = [](uint64_t v, uint64_t m) { return (v + m - 1) / m * m; };
+  const uint64_t unit = std::max<uint64_t>(planner.size_round, 1);
+  std::vector<size_t> persistent, rest;
+  for (size_t i = 0; i < instance.buffers.size(); ++i) {
+    const Buffer& b = instance.buffers[i];
+    (b.end - b.start >= instance.period ? persistent : rest).push_back(i);
+  }
+  if (persistent.empty() || rest.empty()) {
+    return PlanInstance(instance, planner);
+  }
+  std::vector<uint64_t> offsets(instance.buffers.size(), 0);
+  uint64_t bottom = 0;
+  for (size_t i : persistent) {
+    const Buffer& b = instance.buffers[i];
+    const uint64_t align =
+        std::max({b.alignment, planner.min_alignment, uint64_t{1}});
+    bottom = round(bottom, align);
+    offsets[i] = bottom;
+    bottom += round(b.size, unit);
+  }
+  Instance above = instance;
+  above.buffers.clear();
+  PlannerOptions rest_options = planner;
+  rest_options.group.clear();
+  if (planner.capacity != 0) {
+    rest_options.capacity = planner.capacity > bottom ? planner.capacity - bottom
+                                                      : 1;
+  }
+  for (size_t i : rest) {
+    above.buffers.push_back(instance.buffers[i]);
+    if (!planner.group.empty()) rest_options.group.push_back(planner.group[i]);
+  }
+  // Offsets above the bottom keep the alignment every buffer needs.
+  uint64_t base_align = std::max<uint64_t>(planner.min_alignment, 1);
+  for (size_t i : rest) {
+    base_align = std::max(base_align, instance.buffers[i].alignment);
+  }
+  bottom = round(bottom, base_align);
+  LOOM_ASSIGN_OR_RETURN(PlanResult result, PlanInstance(above, rest_options));
+  for (size_t k = 0; k < rest.size(); ++k) {
+    offsets[rest[k]] = bottom + result.offsets[k];
+  }
+  std::vector<uint64_t> sizes(instance.buffers.size(), 0);
+  for (size_t i : persistent) sizes[i] = round(instance.buffers[i].size, unit);
+  for (size_t k = 0; k < rest.size(); ++k) sizes[rest[k]] = result.sizes[k];
+  result.offsets = std::move(offsets);
+  result.sizes = std::move(sizes);
+  result.peak_bytes += bottom;
+  result.lower_bound_bytes += bottom;
+  Instance reserved = instance;
+  for (size_t i = 0; i < reserved.buffers.size(); ++i) {
+    reserved.buffers[i].size = result.sizes[i];
+  }
+  result.peak_granules =
+      PeakGranules(reserved, result.offsets, planner.granule_bytes);
+  result.fits = planner.capacity == 0 || result.peak_bytes <= planner.capacity;
+  result.algorithm = "persistent-first+" + result.algorithm;
+  return result;
+}
 
 StatusOr<MadePlan> Solve(Instance instance, std::vector<uint32_t> group,
                          std::optional<RequestTable> requests,
@@ -29,7 +100,9 @@ StatusOr<MadePlan> Solve(Instance instance, std::vector<uint32_t> group,
   planner.seed = options.seed;
   planner.progress = options.progress;
   MadePlan made;
-  LOOM_ASSIGN_OR_RETURN(made.result, PlanInstance(instance, planner));
+  LOOM_ASSIGN_OR_RETURN(made.result, requests.has_value()
+                                         ? PlanPersistentFirst(instance, planner)
+                                         : PlanInstance(instance, planner));
   windows.insert(windows.begin(), options.windows.begin(),
                  options.windows.end());
   StatusOr<PlanFile> file = MakePlanFile(

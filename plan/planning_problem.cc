@@ -165,6 +165,12 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
         ref.buffer = twin.buffer;
         ref.start = twin.start;
         ref.end = twin.end;
+      } else {
+        // No steady twin (e.g. an evaluation step's request): unplanned,
+        // with its own lifetime in its iteration's time, so the run time
+        // knows how long it is expected to live.
+        ref.start = std::max<int64_t>(a.alloc_time - early.begin, 0);
+        ref.end = std::max(ref.start + 1, a.free_time - early.begin);
       }
       problem.requests.prologue.push_back(ref);
     }

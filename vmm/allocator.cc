@@ -444,8 +444,10 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
           fit_.Record(false)) {
         ++stats_.plan_suspensions;
       }
-      ptr =
-          AllocateInArena(size, stream, match.prologue ? -1 : match.entry->end);
+      // Expected to live as recorded (an early iteration's request carries
+      // its own lifetime; a set-up one none).
+      const bool known = !match.prologue || match.entry->end > match.entry->start;
+      ptr = AllocateInArena(size, stream, known ? match.entry->end : -1);
     } else {
       // A request that grew past its entry's planned bytes cannot take
       // them (the next bytes are another buffer's); one that shrank can.
