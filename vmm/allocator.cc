@@ -449,10 +449,12 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       const bool known = !match.prologue || match.entry->end > match.entry->start;
       ptr = AllocateInArena(size, stream, known ? match.entry->end : -1);
     } else {
-      // A request that grew past its entry's planned bytes cannot take
-      // them (the next bytes are another buffer's); one that shrank can.
+      // A request that shrank takes its planned bytes; one that grew takes
+      // them only if the bytes after them are idle in the plan for as long
+      // as it lives (else they are another buffer's).
       std::optional<DevicePtr> planned =
-          match.near && size > RoundUp(match.entry->size, kArenaAlignment)
+          match.near && size > RoundUp(match.entry->size, kArenaAlignment) &&
+                  !GrowthFits(*match.entry, size)
               ? std::nullopt
               : TryStatic(*match.entry, size, stream);
       if (planned.has_value()) {
@@ -533,6 +535,14 @@ Matcher::Match Allocator::MatchRequest(uint64_t size) {
     return matches[best];
   }
   return mine;
+}
+
+bool Allocator::GrowthFits(const PlannedRequest& entry, uint64_t size) const {
+  const uint64_t planned = RoundUp(entry.size, kArenaAlignment);
+  const uint64_t extra = RoundUp(size, kArenaAlignment) - planned;
+  return active_->schedule.RangeIdle(static_cast<uint64_t>(entry.offset) +
+                                         planned,
+                                     extra, entry.start, entry.end);
 }
 
 int64_t Allocator::ExpectedEnd(const PlannedRequest& entry) const {

@@ -289,6 +289,9 @@ class Allocator {
                                       int64_t until,
                                       std::vector<PageId> preferred,
                                       Where* where);
+  // True when a request of `size` bytes, more than `entry` planned, may
+  // take the bytes after the entry's: idle in the plan while it lives.
+  bool GrowthFits(const PlannedRequest& entry, uint64_t size) const;
   // The expected end of a request served for plan entry `entry` (-1 for a
   // persistent one).
   int64_t ExpectedEnd(const PlannedRequest& entry) const;

@@ -108,31 +108,54 @@ Arena::Candidate Arena::Examine(uint64_t block, uint64_t bsize, uint64_t size,
   return c;
 }
 
-Status Arena::MapGranule(uint64_t granule, PageId id) {
-  Page& page = pool_.page(id);
-  LOOM_CHECK(page.live && page.arena_granule == kNoGranule);
-  LOOM_RETURN_IF_ERROR(
-      pool_.MapRun(base_ + granule * granularity_, PageRun{id, 1}));
-  page.arena_granule = static_cast<uint32_t>(granule);
-  granule_page_[granule] = id;
-  mapped_extent_ = std::max(mapped_extent_, granule + 1);
-  ++mapped_granules_;
+Status Arena::MapRun(uint64_t granule, PageRun run) {
+  for (uint32_t i = 0; i < run.count; ++i) {
+    const Page& page = pool_.page(run.first + i);
+    LOOM_CHECK(page.live && page.arena_granule == kNoGranule);
+  }
+  LOOM_RETURN_IF_ERROR(pool_.MapRun(base_ + granule * granularity_, run));
+  for (uint32_t i = 0; i < run.count; ++i) {
+    pool_.page(run.first + i).arena_granule =
+        static_cast<uint32_t>(granule + i);
+    granule_page_[granule + i] = run.first + i;
+  }
+  mappings_[granule] = run.count;
+  mapped_granules_ += run.count;
+  mapped_extent_ = std::max(mapped_extent_, granule + run.count);
   ++maps_;
   return OkStatus();
 }
 
-void Arena::UnmapFresh(const std::vector<uint64_t>& fresh) {
-  for (uint64_t k : fresh) {
-    Status undo = driver_.Unmap(base_ + k * granularity_, granularity_);
+Status Arena::UnmapMapping(uint64_t head) {
+  auto it = mappings_.find(head);
+  LOOM_CHECK(it != mappings_.end(), "no arena mapping at granule {}", head);
+  const uint64_t length = it->second;
+  LOOM_RETURN_IF_ERROR(
+      driver_.Unmap(base_ + head * granularity_, length * granularity_));
+  ++unmaps_;
+  for (uint64_t k = head; k < head + length; ++k) {
+    pool_.page(granule_page_[k]).arena_granule = kNoGranule;
+    granule_page_[k] = kNoPage;
+  }
+  mapped_granules_ -= length;
+  mappings_.erase(it);
+  return OkStatus();
+}
+
+bool Arena::MappingIdle(uint64_t head, uint64_t length) const {
+  for (uint64_t k = head; k < head + length; ++k) {
+    if (pool_.page(granule_page_[k]).arena_users != 0) return false;
+  }
+  return true;
+}
+
+void Arena::UnmapFresh(const std::vector<uint64_t>& heads) {
+  for (uint64_t head : heads) {
+    Status undo = UnmapMapping(head);
     if (!undo.ok()) {
       fmt::print(stderr, "loom: undoing a mapping failed: {}\n",
                  undo.ToString());
-    } else {
-      ++unmaps_;
     }
-    pool_.page(granule_page_[k]).arena_granule = kNoGranule;
-    granule_page_[k] = kNoPage;
-    --mapped_granules_;
   }
 }
 
@@ -186,25 +209,41 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
   // While granules of this place are being mapped, ReclaimIdle leaves them.
   placing_first_ = first;
   placing_last_ = last;
-  // Map the missing granules, then grant access to all of them in one call
-  // (over the span from the first to the last fresh granule: every granule
-  // between is mapped by then). Until access is granted the fresh granules
-  // are inside the placing range, which ReclaimIdle leaves alone; on any
-  // failure they are unmapped again, so no mapping without access remains.
-  std::vector<uint64_t> fresh;
+  // Map the missing granules, a run of pages at a time, then grant access
+  // to all of them in one call (over the span from the first to the last
+  // fresh granule: every granule between is mapped by then). Until access
+  // is granted the fresh granules are inside the placing range, which
+  // ReclaimIdle leaves alone; on any failure they are unmapped again, so no
+  // mapping without access remains.
+  std::vector<uint64_t> fresh;  // heads of the mappings made here
+  uint64_t fresh_end = 0;
   Status placed = OkStatus();
-  for (uint64_t k = first; k <= last && placed.ok(); ++k) {
-    if (granule_page_[k] != kNoPage) continue;
-    StatusOr<PageId> page =
-        policy.Acquire(PieceLo(k, best.position),
-                       PieceHi(k, best.position, size), stream, until);
-    placed = page.ok() ? MapGranule(k, *page) : page.status();
-    if (placed.ok()) fresh.push_back(k);
+  for (uint64_t k = first; k <= last && placed.ok();) {
+    if (granule_page_[k] != kNoPage) {
+      ++k;
+      continue;
+    }
+    uint64_t s = k;
+    while (s < last && granule_page_[s + 1] == kNoPage) ++s;
+    const uint32_t wanted = static_cast<uint32_t>(s - k + 1);
+    StatusOr<PageRun> run = policy.Acquire(wanted, stream, until);
+    if (!run.ok()) {
+      placed = run.status();
+      break;
+    }
+    LOOM_CHECK(run->count >= 1 && run->count <= wanted,
+               "page policy gave {} pages for {} granules", run->count,
+               wanted);
+    placed = MapRun(k, *run);
+    if (!placed.ok()) break;
+    fresh.push_back(k);
+    fresh_end = k + run->count;
+    k += run->count;
   }
   if (placed.ok() && !fresh.empty()) {
-    placed = driver_.SetAccess(
-        base_ + fresh.front() * granularity_,
-        (fresh.back() - fresh.front() + 1) * granularity_, device_, pool_.peers());
+    placed = driver_.SetAccess(base_ + fresh.front() * granularity_,
+                               (fresh_end - fresh.front()) * granularity_,
+                               device_, pool_.peers());
   }
   placing_first_ = placing_last_ = kNoPlace;
   if (!placed.ok()) {
@@ -264,57 +303,63 @@ void Arena::Free(DevicePtr ptr, uint64_t size, std::span<const FreeTag> tags) {
 StatusOr<PageId> Arena::ReclaimIdle(
     const std::function<bool(PageId)>& wanted,
     const std::function<Status(PageId)>& prepare) {
-  for (uint64_t k = 0; k < mapped_extent_; ++k) {
-    PageId id = granule_page_[k];
-    if (id == kNoPage || (k >= placing_first_ && k <= placing_last_)) continue;
-    Page& page = pool_.page(id);
-    if (page.arena_users != 0 || !wanted(id)) continue;
-    LOOM_RETURN_IF_ERROR(prepare(id));
-    LOOM_RETURN_IF_ERROR(driver_.Unmap(base_ + k * granularity_, granularity_));
-    ++unmaps_;
-    page.arena_granule = kNoGranule;
-    granule_page_[k] = kNoPage;
-    --mapped_granules_;
-    return id;
+  for (const auto& [head, length] : mappings_) {
+    if (head + length > placing_first_ && head <= placing_last_) continue;
+    if (!MappingIdle(head, length)) continue;
+    bool all_wanted = true;
+    for (uint64_t k = head; k < head + length && all_wanted; ++k) {
+      all_wanted = wanted(granule_page_[k]);
+    }
+    if (!all_wanted) continue;
+    for (uint64_t k = head; k < head + length; ++k) {
+      LOOM_RETURN_IF_ERROR(prepare(granule_page_[k]));
+    }
+    const PageId first = granule_page_[head];
+    LOOM_RETURN_IF_ERROR(UnmapMapping(head));
+    return first;
   }
-  return NotFoundError("no idle arena granule to reclaim");
+  return NotFoundError("no idle arena mapping to reclaim");
 }
 
 std::vector<PageId> Arena::IdlePages() const {
   std::vector<PageId> out;
-  for (uint64_t k = 0; k < mapped_extent_; ++k) {
-    const PageId id = granule_page_[k];
-    if (id != kNoPage && pool_.page(id).arena_users == 0) out.push_back(id);
+  for (const auto& [head, length] : mappings_) {
+    if (!MappingIdle(head, length)) continue;
+    for (uint64_t k = head; k < head + length; ++k) {
+      out.push_back(granule_page_[k]);
+    }
   }
   return out;
 }
 
 StatusOr<std::vector<PageId>> Arena::UnmapIdle() {
   std::vector<PageId> unmapped;
-  uint64_t k = 0;
-  const uint64_t n = mapped_extent_;
-  while (k < n) {
-    if (granule_page_[k] == kNoPage ||
-        pool_.page(granule_page_[k]).arena_users != 0) {
-      ++k;
+  // Adjacent idle mappings go in one call (a union of whole mappings).
+  auto it = mappings_.begin();
+  while (it != mappings_.end()) {
+    if (!MappingIdle(it->first, it->second)) {
+      ++it;
       continue;
     }
-    // A run of idle mapped granules goes in one call.
-    uint64_t run_end = k;
-    while (run_end < n && granule_page_[run_end] != kNoPage &&
-           pool_.page(granule_page_[run_end]).arena_users == 0) {
-      ++run_end;
+    const uint64_t start = it->first;
+    uint64_t end = start;
+    auto last = it;
+    while (last != mappings_.end() && last->first == end &&
+           MappingIdle(last->first, last->second)) {
+      end = last->first + last->second;
+      ++last;
     }
     LOOM_RETURN_IF_ERROR(
-        driver_.Unmap(base_ + k * granularity_, (run_end - k) * granularity_));
+        driver_.Unmap(base_ + start * granularity_, (end - start) * granularity_));
     ++unmaps_;
-    for (; k < run_end; ++k) {
+    for (uint64_t k = start; k < end; ++k) {
       Page& page = pool_.page(granule_page_[k]);
       page.arena_granule = kNoGranule;
       unmapped.push_back(granule_page_[k]);
       granule_page_[k] = kNoPage;
-      --mapped_granules_;
     }
+    mapped_granules_ -= end - start;
+    it = mappings_.erase(it, last);
   }
   return unmapped;
 }
@@ -361,6 +406,22 @@ void Arena::CheckInvariants() const {
                k);
   }
   LOOM_CHECK_EQ(mapped, mapped_granules_);
+  uint64_t in_mappings = 0;
+  uint64_t previous = 0;
+  for (const auto& [head, length] : mappings_) {
+    LOOM_CHECK(length > 0 && head >= previous, "arena mappings overlap at {}",
+               head);
+    LOOM_CHECK(pool_.SameChunkRun(granule_page_[head],
+                                  static_cast<uint32_t>(length)),
+               "arena mapping at {} is not one run of one chunk", head);
+    for (uint64_t k = head; k < head + length; ++k) {
+      LOOM_CHECK(granule_page_[k] == granule_page_[head] + (k - head),
+                 "arena mapping at {} does not map its run", head);
+    }
+    previous = head + length;
+    in_mappings += length;
+  }
+  LOOM_CHECK_EQ(in_mappings, mapped_granules_);
 }
 
 }  // namespace loom::vmm

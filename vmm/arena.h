@@ -4,8 +4,16 @@
 // allocator with coalescing free blocks. Its granules are mapped on demand to
 // pages chosen by the allocator (PagePolicy): free pool pages, or static
 // pages that are idle now (lent; the same physical page then has two
-// mappings). Mappings are kept when allocations are freed, so a workload that
-// repeats finds its granules already mapped and makes no driver call.
+// mappings). Pages that follow each other in one chunk are mapped at
+// consecutive granules in one call (a mapping of several granules: a
+// request of many granules gets one new chunk, one map, one set-access),
+// and a mapping is unmapped only whole, once none of its granules is in use
+// (CUDA unmaps whole mappings only). Nothing is mapped ahead of requests:
+// measured on the plan-miss suite, pages mapped past a request (as
+// expandable segments map whole 20 MiB pages) saved driver calls but left
+// idle granules that later requests did not fit into. Mappings are kept when allocations are freed, so a
+// workload that repeats finds its granules already mapped and makes no
+// driver call.
 //
 // An allocation is placed only where every granule it touches is either
 // unmapped (a page is then acquired and mapped) or mapped to a page the
@@ -46,12 +54,13 @@ class Arena {
     // iteration time `until` (-1: unknown).
     virtual bool Usable(PageId page, uint32_t lo, uint32_t hi, Stream stream,
                         int64_t until) = 0;
-    // A live page mapped nowhere in the arena whose bytes [lo, hi) are
-    // usable now by `stream` (growing the pool if needed); `until` is the
+    // Live pages mapped nowhere in the arena, usable now by `stream`
+    // (growing the pool if needed), for `wanted` consecutive granules: a
+    // run of 1 to `wanted` pages consecutive in one chunk. `until` is the
     // iteration time the request is expected to end (or -1 if unknown).
     // OUT_OF_MEMORY if none.
-    virtual StatusOr<PageId> Acquire(uint32_t lo, uint32_t hi, Stream stream,
-                                     int64_t until) = 0;
+    virtual StatusOr<PageRun> Acquire(uint32_t wanted, Stream stream,
+                                      int64_t until) = 0;
   };
 
   // REQUIRES: va_bytes a positive multiple of the pool's granularity.
@@ -61,9 +70,10 @@ class Arena {
   ~Arena();
 
   // Places `size` bytes (rounded up to 512), mapping the granules it lacks
-  // (one map per granule, one set-access for all of them). On success,
-  // every page touched has arena_users incremented. On failure nothing is
-  // allocated and the granules mapped on the way are unmapped again.
+  // (one map per run of pages, one set-access for all of them). On
+  // success, every page touched has arena_users incremented. On failure
+  // nothing is allocated and the granules mapped on the way are unmapped
+  // again.
   StatusOr<DevicePtr> Allocate(uint64_t size, Stream stream, int64_t until,
                                PagePolicy& policy);
   // REQUIRES: (ptr, size) is a live allocation made by Allocate(size, ...).
@@ -74,21 +84,22 @@ class Arena {
   // The same with several tags (each stream's work must be done).
   void Free(DevicePtr ptr, uint64_t size, std::span<const FreeTag> tags);
 
-  // Unmaps one mapped granule that serves no live allocation and whose page
-  // satisfies `wanted`, after `prepare(page)` succeeded (the caller waits
-  // there for the work that may still use the page), and returns its page
-  // (for reuse elsewhere: a driver call instead of a new page). Never one of
-  // the granules being mapped by the Allocate in progress. NOT_FOUND if
-  // there is none.
+  // Unmaps one mapping none of whose granules serves a live allocation and
+  // whose pages all satisfy `wanted`, after `prepare(page)` succeeded for
+  // each (the caller waits there for the work that may still use them),
+  // and returns its first page (for reuse elsewhere: a driver call instead
+  // of a new page); its other pages are mapped nowhere in the arena any
+  // more. Never one of the granules being mapped by the Allocate in
+  // progress. NOT_FOUND if there is none.
   StatusOr<PageId> ReclaimIdle(const std::function<bool(PageId)>& wanted,
                                const std::function<Status(PageId)>& prepare);
 
-  // The pages of the mapped granules that serve no live allocation (what
-  // UnmapIdle would unmap).
+  // The pages of the mappings none of whose granules serves a live
+  // allocation (what UnmapIdle would unmap).
   std::vector<PageId> IdlePages() const;
-  // Unmaps every mapped granule that serves no live allocation; returns the
-  // pages unmapped (their arena_granule is cleared). REQUIRES: the work that
-  // may still use them is done (the caller waits first).
+  // Unmaps every mapping none of whose granules serves a live allocation;
+  // returns the pages unmapped (their arena_granule is cleared). REQUIRES:
+  // the work that may still use them is done (the caller waits first).
   StatusOr<std::vector<PageId>> UnmapIdle();
 
   bool Contains(DevicePtr ptr) const {
@@ -102,6 +113,7 @@ class Arena {
   // Mapped address ranges, sorted and merged: (address, size).
   std::vector<std::pair<DevicePtr, uint64_t>> MappedRanges() const;
   uint64_t mapped_granules() const { return mapped_granules_; }
+  // Map calls made (a mapping of several granules is one).
   uint64_t maps() const { return maps_; }
   uint64_t unmaps() const { return unmaps_; }
 
@@ -123,10 +135,16 @@ class Arena {
   // offsets within the granule. REQUIRES: they intersect.
   uint32_t PieceLo(uint64_t granule, uint64_t offset) const;
   uint32_t PieceHi(uint64_t granule, uint64_t offset, uint64_t size) const;
-  // Maps `page` at `granule` (access is granted by the caller).
-  Status MapGranule(uint64_t granule, PageId page);
-  // Unmaps granules mapped by the Allocate in progress (on its failure).
-  void UnmapFresh(const std::vector<uint64_t>& fresh);
+  // Maps the pages of `run` at granules [granule, granule + run.count)
+  // (access is granted by the caller).
+  Status MapRun(uint64_t granule, PageRun run);
+  // Unmaps the mapping whose first granule is `head`; its pages are mapped
+  // nowhere in the arena afterwards. REQUIRES: nothing live on it.
+  Status UnmapMapping(uint64_t head);
+  // True when no granule of the mapping at `head` serves a live allocation.
+  bool MappingIdle(uint64_t head, uint64_t length) const;
+  // Unmaps mappings made by the Allocate in progress (on its failure).
+  void UnmapFresh(const std::vector<uint64_t>& heads);
   void TakeFromBlock(uint64_t block, uint64_t position, uint64_t size);
   void InsertFree(uint64_t offset, uint64_t size);
   void EraseFree(std::map<uint64_t, uint64_t>::iterator it);
@@ -138,6 +156,7 @@ class Arena {
   const uint64_t va_bytes_;
   const uint64_t granularity_;
   std::vector<PageId> granule_page_;                      // kNoPage = unmapped
+  std::map<uint64_t, uint64_t> mappings_;  // first granule -> granules
   std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset)
   uint64_t live_bytes_ = 0;

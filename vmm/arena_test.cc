@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "vmm/fake_driver.h"
@@ -18,10 +19,13 @@ class GrowingPolicy : public Arena::PagePolicy {
   bool Usable(PageId page, uint32_t, uint32_t, Stream, int64_t) override {
     return !busy.contains(page);
   }
-  StatusOr<PageId> Acquire(uint32_t, uint32_t, Stream, int64_t) override {
+  StatusOr<PageRun> Acquire(uint32_t wanted, Stream, int64_t) override {
     ++acquired;
-    return pool_.Grow();
+    asked.push_back(wanted);
+    return pool_.GrowRun(chunk_pages == 0 ? 1 : std::min(wanted, chunk_pages));
   }
+  uint32_t chunk_pages = 0;  // 0: one page per call
+  std::vector<uint32_t> asked;
   std::set<PageId> busy;
   int acquired = 0;
 
@@ -165,6 +169,74 @@ TEST_F(ArenaFixture, AFailedMapUndoesTheGranulesMappedBeforeIt) {
   EXPECT_EQ(driver.contract_counts().mappings, 0u);
   EXPECT_EQ(driver.calls(DriverOp::kSetAccess), 0u);
   arena->CheckInvariants();
+}
+
+}  // namespace
+}  // namespace loom::vmm
+
+namespace loom::vmm {
+namespace {
+
+// Chunks of several pages: one map per run; mappings unmapped only whole.
+TEST_F(ArenaFixture, ARunOfPagesIsOneMappingUnmappedOnlyWhole) {
+  policy.chunk_pages = 4;
+  DevicePtr x = *arena->Allocate(4 * kG, 0, -1, policy);  // granules 0-3
+  EXPECT_EQ(policy.asked, (std::vector<uint32_t>{4}));
+  EXPECT_EQ(driver.calls(DriverOp::kMap), 1u);
+  EXPECT_EQ(driver.calls(DriverOp::kSetAccess), 1u);
+  EXPECT_EQ(arena->mapped_granules(), 4u);
+  // A run shorter than wanted: the rest of the stretch gets another run.
+  policy.chunk_pages = 2;
+  DevicePtr y = *arena->Allocate(3 * kG, 0, -1, policy);
+  EXPECT_EQ(policy.asked, (std::vector<uint32_t>{4, 3, 1}));
+  EXPECT_EQ(driver.calls(DriverOp::kMap), 3u);
+  EXPECT_EQ(driver.calls(DriverOp::kSetAccess), 2u);
+  arena->CheckInvariants();
+  // x freed, and a small request placed on its first granule: the mapping
+  // cannot be unmapped, nor reclaimed.
+  arena->Free(x, 4 * kG, FreeTag{});
+  DevicePtr z = *arena->Allocate(kG / 2, 0, -1, policy);
+  EXPECT_EQ(z, x);
+  EXPECT_EQ(arena->IdlePages().size(), 0u);
+  EXPECT_EQ(arena
+                ->ReclaimIdle([](PageId) { return true; },
+                              [](PageId) { return OkStatus(); })
+                .status()
+                .code(),
+            StatusCode::kNotFound);
+  // Once all of it is idle, it goes in one call; its pages are spare.
+  arena->Free(z, kG / 2, FreeTag{});
+  EXPECT_EQ(arena->IdlePages().size(), 4u);
+  const uint64_t unmaps = driver.calls(DriverOp::kUnmap);
+  StatusOr<PageId> first = arena->ReclaimIdle(
+      [](PageId) { return true; }, [](PageId) { return OkStatus(); });
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(driver.calls(DriverOp::kUnmap), unmaps + 1);
+  EXPECT_EQ(arena->mapped_granules(), 3u);
+  EXPECT_TRUE(pool.page(*first + 1).spare());
+  arena->Free(y, 3 * kG, FreeTag{});
+  // UnmapIdle: y's two mappings (adjacent) in one call.
+  const uint64_t before = driver.calls(DriverOp::kUnmap);
+  EXPECT_EQ(arena->UnmapIdle()->size(), 3u);
+  EXPECT_EQ(driver.calls(DriverOp::kUnmap), before + 1);
+  arena->CheckInvariants();
+}
+
+// A policy that hands out more pages than asked is a bug.
+TEST_F(ArenaFixture, APolicyGivingTooManyPagesAborts) {
+  class Greedy : public Arena::PagePolicy {
+   public:
+    explicit Greedy(PagePool& pool) : pool_(pool) {}
+    bool Usable(PageId, uint32_t, uint32_t, Stream, int64_t) override {
+      return true;
+    }
+    StatusOr<PageRun> Acquire(uint32_t wanted, Stream, int64_t) override {
+      return pool_.GrowRun(wanted + 1);
+    }
+    PagePool& pool_;
+  } greedy(pool);
+  EXPECT_DEATH(arena->Allocate(kG, 0, -1, greedy).status().IgnoreError(),
+               "page policy gave");
 }
 
 }  // namespace

@@ -18,10 +18,10 @@
 //    schedule (the plan is suspended: it does not fit this iteration) every
 //    idle static page may be lent (a planned owner that finds its page
 //    taken is served elsewhere: the safety check);
-//  - Acquire's order: the entry's own pages, a spare page, the idle static
-//    page unused the longest (if long enough), a new page, a spare page
-//    reclaimed from another arena granule (after waiting for its work), and
-//    last any idle static page.
+//  - Acquire's order: the entry's own pages, a run of spare pages, the idle
+//    static page unused the longest (if long enough), a new chunk of the
+//    pages wanted, pages reclaimed from an idle arena mapping (after waiting
+//    for their work), and last any idle static page.
 #ifndef LOOM_VMM_LENDING_POLICY_H_
 #define LOOM_VMM_LENDING_POLICY_H_
 
@@ -120,8 +120,8 @@ class LendingPolicy final : public Arena::PagePolicy {
 
   bool Usable(PageId page, uint32_t lo, uint32_t hi, Stream stream,
               int64_t until) override;
-  StatusOr<PageId> Acquire(uint32_t lo, uint32_t hi, Stream stream,
-                           int64_t until) override;
+  StatusOr<PageRun> Acquire(uint32_t wanted, Stream stream,
+                            int64_t until) override;
 
  private:
   // Iteration time a lent static page must stay free for.

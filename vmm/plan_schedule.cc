@@ -78,6 +78,17 @@ int64_t PlanSchedule::TimeToNextUse(uint32_t granule, int64_t now,
   return use.planned_starts.front() + period_ - now;  // the next iteration's
 }
 
+bool PlanSchedule::RangeIdle(uint64_t offset, uint64_t size, int64_t now,
+                             int64_t until) const {
+  const uint64_t end = offset + size;
+  if (end > region_bytes_ || end < offset) return false;
+  for (const Occupant& o : occupants_) {
+    if (o.offset >= end) break;  // sorted by offset
+    if (o.end > offset && Busy(o, now, until)) return false;
+  }
+  return true;
+}
+
 bool PlanSchedule::Busy(const Occupant& o, int64_t now, int64_t until) const {
   if (until < 0 || period_ <= 0) return true;
   if (until - now >= period_ || o.stop - o.start >= period_) return true;

@@ -40,6 +40,12 @@ class PlanSchedule {
   std::vector<uint64_t> IdleRanges(uint64_t size, int64_t now, int64_t until,
                                    size_t max_gaps) const;
 
+  // True when no occupant uses bytes [offset, offset + size) at any time
+  // of [now, until) (e.g. the bytes right after a planned request that
+  // grew: it may take them while it lives).
+  bool RangeIdle(uint64_t offset, uint64_t size, int64_t now,
+                 int64_t until) const;
+
   // Iteration time until granule `granule` is next planned to start being
   // used, seen from iteration time `now` (0 if a persistent request lives
   // there; kNever if nothing is ever planned there, granules past the

@@ -120,3 +120,24 @@ TEST(PlanScheduleTest, WithoutAPeriodAPlannedGranuleIsAlwaysNeeded) {
 
 }  // namespace
 }  // namespace loom::vmm
+
+namespace loom::vmm {
+namespace {
+
+TEST(PlanScheduleTest, RangeIdleSeesEveryOccupantOfTheBytesInTheWindow) {
+  const PlanSchedule s(Plan(), 1024);
+  // A [0, 1024) busy in [0, 50); B [1024, 2048) in [40, 90).
+  EXPECT_TRUE(s.RangeIdle(1024, 512, 0, 40));   // before B starts
+  EXPECT_FALSE(s.RangeIdle(1024, 512, 0, 41));  // meets B
+  EXPECT_FALSE(s.RangeIdle(512, 1024, 10, 20));  // A's tail
+  EXPECT_TRUE(s.RangeIdle(512, 1024, 95, 99));   // A and B both idle then...
+  // ...but not C, which wraps to [0, 20) over [2048, 3072).
+  EXPECT_FALSE(s.RangeIdle(2048, 10, 95, 105));
+  // P is persistent; past the region nothing is idle.
+  EXPECT_FALSE(s.RangeIdle(3072, 10, 0, 1));
+  EXPECT_TRUE(s.RangeIdle(3584, 512, 0, 99));
+  EXPECT_FALSE(s.RangeIdle(3584, 1024, 0, 99));
+}
+
+}  // namespace
+}  // namespace loom::vmm

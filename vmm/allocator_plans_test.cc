@@ -1,0 +1,257 @@
+// The allocator with plans that do not fit, several plan variants, plans
+// removed, recordings started mid-run and requests that grew: the
+// FitMonitor's suspension, AddPlanVariant, UnloadPlans, StartRecording and
+// near-size growth, each with real memory (host backend) where data could
+// be damaged.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "plan/trace/trace.h"
+#include "vmm/allocator.h"
+#include "vmm/host_driver.h"
+
+namespace loom::vmm {
+namespace {
+
+constexpr uint64_t kG = 64 << 10;
+
+std::unique_ptr<HostDriver> Host() {
+  HostDriverOptions options;
+  options.granularity = kG;
+  options.capacity_per_device = 512 * kG;
+  return std::move(HostDriver::Open(options)).value();
+}
+
+std::unique_ptr<Allocator> Make(Driver& driver, size_t record = 0) {
+  AllocatorOptions options;
+  options.arena_va_bytes = 1024 * kG;
+  options.record_capacity = record;
+  return std::move(Allocator::Create(driver, options)).value();
+}
+
+// A plan for a stack of `n` buffers of `unit` bytes each, all live during
+// [i, 2n - i) (a forward and backward), laid out one after the other.
+RuntimePlan StackPlan(uint64_t unit, int n) {
+  RuntimePlan plan;
+  plan.period = 2 * n;
+  for (int i = 0; i < n; ++i) {
+    plan.iteration.push_back(
+        {unit, static_cast<int64_t>(i * unit), i, 2 * n - i});
+  }
+  plan.region_bytes = (n * unit + kG - 1) / kG * kG;
+  return plan;
+}
+
+// Runs the stack of `n` buffers of `unit` bytes, stamping each and checking
+// the stamp at its free.
+void RunStack(Allocator& a, Driver& d, uint64_t unit, int n, uint64_t number) {
+  a.IterationBegin(number);
+  std::vector<DevicePtr> live;
+  for (int i = 0; i < n; ++i) {
+    StatusOr<DevicePtr> p = a.Allocate(unit, 0);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE(d.Memset(*p, static_cast<uint8_t>(i + 1), unit).ok());
+    live.push_back(*p);
+  }
+  a.CheckInvariants();
+  for (int i = n - 1; i >= 0; --i) {
+    std::vector<uint8_t> back(unit);
+    ASSERT_TRUE(d.CopyToHost(back.data(), live[i], unit).ok());
+    for (uint8_t b : back) ASSERT_EQ(b, static_cast<uint8_t>(i + 1));
+    ASSERT_TRUE(a.Free(live[i]).ok());
+  }
+  a.IterationEnd(number);
+}
+
+TEST(AllocatorPlansTest, AForeignPlanIsSuspendedAndItsIdlePagesServeTheArena) {
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG, 64)).ok());
+  RunStack(*a, *d, kG, 64, 0);  // the plan's own shape: backs 64 granules
+  EXPECT_EQ(a->stats().plan_hits, 64u);
+  const uint64_t reserved = a->stats().reserved_bytes.current;
+  EXPECT_EQ(reserved, 64 * kG);
+  // Another shape: 48 buffers of 1.25 granules. The matcher finds no entry
+  // (every size differs); after FitMonitor::kMinRecords misses the plan is
+  // suspended and the rest goes to the dynamic space, which takes the idle
+  // static pages instead of new memory.
+  RunStack(*a, *d, kG + kG / 4, 48, 1);
+  AllocatorStats s = a->stats();
+  EXPECT_EQ(s.plan_suspensions, 1u);
+  EXPECT_TRUE(a->PlanSuspended());
+  EXPECT_EQ(s.plan_misses, FitMonitor::kMinRecords);
+  EXPECT_EQ(s.suspended_requests, 48u - FitMonitor::kMinRecords);
+  // 48 x 1.25 granules = 60 granules: the 64 idle static pages hold them
+  // (the first misses, before the suspension, could borrow nothing whose
+  // planned use is soon: they took new pages).
+  EXPECT_LE(s.reserved_bytes.peak, reserved + FitMonitor::kMinRecords * 2 * kG);
+  EXPECT_LT(s.reserved_bytes.peak, reserved + 60 * kG);
+  // The next iteration of the plan's shape: the plan is back, and hits.
+  RunStack(*a, *d, kG, 64, 2);
+  EXPECT_FALSE(a->PlanSuspended());
+  s = a->stats();
+  EXPECT_EQ(s.suspended_iterations, 1u);
+  EXPECT_TRUE(s.last_iteration_suspended);
+  EXPECT_EQ(s.plan_hits, 128u);
+  a->CheckInvariants();
+}
+
+TEST(AllocatorPlansTest, VariantsServeTheirShapesWithoutDriverCalls) {
+  auto d = Host();
+  auto a = Make(*d);
+  EXPECT_EQ(a->AddPlanVariant(StackPlan(kG, 8)).code(),
+            StatusCode::kFailedPrecondition)
+      << "no plan to add a variant to";
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG, 40)).ok());
+  ASSERT_TRUE(a->AddPlanVariant(StackPlan(3 * kG, 20)).ok());
+  EXPECT_EQ(a->plan_variants(), 2u);
+  EXPECT_EQ(a->AddPlanVariant(StackPlan(3 * kG, 20)).code(),
+            StatusCode::kAlreadyExists);
+  RuntimePlan too_big = StackPlan(kG, 40);
+  too_big.region_bytes = 1024 * kG;  // past the region's address space
+  too_big.iteration[0].size = 2 * kG;
+  EXPECT_EQ(a->AddPlanVariant(too_big).code(), StatusCode::kFailedPrecondition);
+  uint64_t n = 0;
+  for (int round = 0; round < 2; ++round) {  // warm-up: both shapes once
+    RunStack(*a, *d, kG, 40, n++);
+    RunStack(*a, *d, 3 * kG, 20, n++);
+  }
+  auto vmm_calls = [&] {
+    uint64_t n = 0;
+    for (DriverOp op : {DriverOp::kCreate, DriverOp::kRelease, DriverOp::kMap,
+                        DriverOp::kUnmap, DriverOp::kSetAccess}) {
+      n += d->calls(op);
+    }
+    return n;
+  };
+  const uint64_t calls = vmm_calls();
+  const AllocatorStats before = a->stats();
+  for (int round = 0; round < 3; ++round) {
+    RunStack(*a, *d, kG, 40, n++);
+    RunStack(*a, *d, 3 * kG, 20, n++);
+  }
+  const AllocatorStats after = a->stats();
+  EXPECT_EQ(after.plan_hits - before.plan_hits, 3u * (40 + 20));
+  EXPECT_EQ(after.plan_misses, before.plan_misses);
+  EXPECT_EQ(after.variant_switches - before.variant_switches, 6u);
+  EXPECT_EQ(vmm_calls(), calls) << "a driver call in steady state";
+  // One region for both: the larger layout's 60 granules.
+  EXPECT_EQ(after.static_backed_bytes, 60 * kG);
+  EXPECT_EQ(after.reserved_bytes.peak, 60 * kG);
+}
+
+TEST(AllocatorPlansTest, AVariantStartsAbovePersistentStaticAllocations) {
+  auto d = Host();
+  auto a = Make(*d);
+  RuntimePlan plan = StackPlan(kG, 8);
+  // A persistent buffer (a weight) planned at [8 kG, 10 kG).
+  plan.prologue.push_back({2 * kG, static_cast<int64_t>(8 * kG), 0, 16});
+  plan.region_bytes = 10 * kG;
+  ASSERT_TRUE(a->LoadPlan(plan).ok());
+  DevicePtr weight = *a->Allocate(2 * kG, 0);  // the set-up
+  ASSERT_TRUE(d->Memset(weight, 0x5A, 2 * kG).ok());
+  RunStack(*a, *d, kG, 8, 0);
+  EXPECT_EQ(a->stats().plan_hits, 9u);
+  // The variant knows nothing of the weight: it is laid out above it.
+  ASSERT_TRUE(a->AddPlanVariant(StackPlan(2 * kG, 6)).ok());
+  RunStack(*a, *d, 2 * kG, 6, 1);
+  RunStack(*a, *d, 2 * kG, 6, 2);
+  EXPECT_EQ(a->stats().plan_hits, 9u + 12u);
+  EXPECT_EQ(a->stats().plan_misses, 0u);
+  std::vector<uint8_t> back(2 * kG);
+  ASSERT_TRUE(d->CopyToHost(back.data(), weight, 2 * kG).ok());
+  for (uint8_t b : back) ASSERT_EQ(b, 0x5A);
+  ASSERT_TRUE(a->Free(weight).ok());
+  a->CheckInvariants();
+}
+
+TEST(AllocatorPlansTest, UnloadingGivesTheRegionBackOnceNothingStaticLives) {
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG, 16)).ok());
+  RunStack(*a, *d, kG, 16, 0);
+  a->IterationBegin(1);
+  DevicePtr held = *a->Allocate(kG, 0);  // a hit: static
+  EXPECT_EQ(a->UnloadPlans().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(a->has_plan());
+  ASSERT_TRUE(a->Free(held).ok());
+  ASSERT_TRUE(a->UnloadPlans().ok());
+  EXPECT_FALSE(a->has_plan());
+  AllocatorStats s = a->stats();
+  EXPECT_EQ(s.plans_unloaded, 1u);
+  EXPECT_EQ(s.static_backed_bytes, 0u);
+  // The pages stay in the pool, mapped nowhere: the dynamic space takes
+  // them without growing.
+  const uint64_t reserved = s.reserved_bytes.current;
+  DevicePtr x = *a->Allocate(16 * kG, 0);
+  EXPECT_EQ(a->stats().reserved_bytes.current, reserved);
+  ASSERT_TRUE(a->Free(x).ok());
+  // A plan can be installed again.
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG, 16)).ok());
+  RunStack(*a, *d, kG, 16, 2);
+  EXPECT_EQ(a->stats().plan_hits, 33u);
+  a->CheckInvariants();
+}
+
+TEST(AllocatorPlansTest, ARecordingStartedMidRunIsAValidTrace) {
+  auto d = Host();
+  auto a = Make(*d);
+  a->IterationBegin(0);
+  DevicePtr old = *a->Allocate(1000, 0);  // made before the recording
+  a->StartRecording(1000);
+  EXPECT_TRUE(a->recording());
+  DevicePtr young = *a->Allocate(2000, 0);
+  ASSERT_TRUE(a->Free(old).ok());  // its free is not recorded
+  ASSERT_TRUE(a->Free(young).ok());
+  a->IterationEnd(0);
+  plan::Trace trace = a->RecordedTrace();
+  EXPECT_TRUE(plan::ValidateTrace(trace).ok());
+  ASSERT_EQ(trace.events.size(), 3u);  // alloc, free, iteration end
+  EXPECT_EQ(trace.events[0].size, 2000u);
+  a->ClearRecording();
+  EXPECT_TRUE(a->RecordedTrace().events.empty());
+  a->StopRecording();
+  EXPECT_FALSE(a->recording());
+}
+
+TEST(AllocatorPlansTest, AGrownRequestTakesIdleBytesAfterItsEntryOnly) {
+  auto d = Host();
+  auto a = Make(*d);
+  // A [0, 40 KiB) during [0, 4); B [40 KiB, 80 KiB) during [2, 4): the
+  // bytes after A are idle in [0, 2) only.
+  RuntimePlan plan;
+  plan.period = 4;
+  plan.region_bytes = 2 * kG;
+  plan.iteration = {{40 << 10, 0, 0, 4}, {40 << 10, 40 << 10, 2, 4},
+                    {8 << 10, 80 << 10, 0, 1}};
+  ASSERT_TRUE(a->LoadPlan(plan).ok());  // (the third entry is never used)
+  a->IterationBegin(0);
+  // A grew by 4 KiB (within the matcher's near-size tolerance): the bytes
+  // it would take are B's, planned while A lives: a miss.
+  DevicePtr grown = *a->Allocate((40 << 10) + 4096, 0);
+  EXPECT_EQ(a->stats().plan_misses, 1u);
+  DevicePtr b = *a->Allocate(40 << 10, 0);
+  EXPECT_EQ(a->stats().plan_hits, 1u);
+  ASSERT_TRUE(a->Free(grown).ok());
+  ASSERT_TRUE(a->Free(b).ok());
+  a->IterationEnd(0);
+  // An entry [80 KiB, 120 KiB) with nothing after it in the region: grown
+  // by 4 KiB it keeps its planned place.
+  RuntimePlan tail;
+  tail.period = 4;
+  tail.region_bytes = 2 * kG;
+  tail.iteration = {{40 << 10, 80 << 10, 0, 1}};
+  auto d2 = Host();
+  auto a2 = Make(*d2);
+  ASSERT_TRUE(a2->LoadPlan(tail).ok());
+  a2->IterationBegin(0);
+  DevicePtr t = *a2->Allocate((40 << 10) + 4096, 0);
+  EXPECT_EQ(a2->stats().plan_hits, 1u);
+  ASSERT_TRUE(d2->Memset(t, 7, (40 << 10) + 4096).ok());
+  ASSERT_TRUE(a2->Free(t).ok());
+  a2->CheckInvariants();
+}
+
+}  // namespace
+}  // namespace loom::vmm
