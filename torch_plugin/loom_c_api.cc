@@ -262,10 +262,8 @@ LOOM_EXPORT long long loom_stats_json(int device, char* buffer,
   long long length = -1;
   Guarded([&]() -> Status {
     if (device < 0) return loom::InvalidArgumentError("bad device {}", device);
-    loom::vmm::Allocator* a = Runtime::Get().ExistingAllocator(device);
     // A device that has served nothing has all-zero stats.
-    std::string json = a != nullptr ? a->stats().ToJson()
-                                    : loom::vmm::AllocatorStats{}.ToJson();
+    std::string json = Runtime::Get().StatsJson(device);
     length = static_cast<long long>(json.size());
     if (buffer != nullptr && capacity > 0) {
       size_t n = std::min(capacity - 1, json.size());

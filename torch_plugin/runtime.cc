@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "base/json.h"
 #include "base/text.h"
 #include "plan/trace/trace_io.h"
 #include "vmm/driver_factory.h"
@@ -101,6 +102,23 @@ Status ParseSettings(std::string_view text, Settings& settings) {
       out.fraction = fraction;
     } else if (key == "plan") {
       out.plan = std::string(value);
+    } else if (key == "replan") {
+      if (value != "0" && value != "1") {
+        return InvalidArgumentError("setting replan: '{}' is not 0 or 1",
+                                    value);
+      }
+      out.replan = value == "1";
+    } else if (key == "replan_time_limit") {
+      std::string copy(value);
+      char* end_ptr = nullptr;
+      double seconds = std::strtod(copy.c_str(), &end_ptr);
+      if (copy.empty() || end_ptr != copy.c_str() + copy.size() ||
+          !(seconds > 0) || seconds > 3600) {
+        return InvalidArgumentError(
+            "setting replan_time_limit: '{}' is not in (0, 3600] seconds",
+            value);
+      }
+      out.replan_time_limit = seconds;
     } else if (key == "peers") {
       if (value != "auto" && value != "none") {
         return InvalidArgumentError("setting peers: '{}' is not auto or none",
@@ -190,6 +208,16 @@ StatusOr<vmm::Allocator*> Runtime::AllocatorForLocked(int device) {
     allocators_.resize(device + 1);
   }
   allocators_[device] = std::move(allocator);
+  if (settings_.replan) {
+    if (replanners_.size() <= static_cast<size_t>(device)) {
+      replanners_.resize(device + 1);
+    }
+    autoplan::ReplanOptions replan;
+    replan.background = true;  // training goes on while it plans
+    replan.plan_options.time_limit_seconds = settings_.replan_time_limit;
+    replanners_[device] = std::make_unique<autoplan::Replanner>(
+        *allocators_[device], replan);
+  }
   fast_[device].store(allocators_[device].get(), std::memory_order_release);
   return allocators_[device].get();
 }
@@ -280,9 +308,38 @@ void Runtime::IterationBegin(uint64_t number) {
   std::lock_guard<std::mutex> lock(mu_);
   markers_.in_iteration = true;
   markers_.iteration = number;
-  for (auto& a : allocators_) {
-    if (a != nullptr) a->IterationBegin(number);
+  for (size_t d = 0; d < allocators_.size(); ++d) {
+    if (allocators_[d] == nullptr) continue;
+    if (d < replanners_.size() && replanners_[d] != nullptr) {
+      replanners_[d]->BeforeIterationBegin();
+    }
+    allocators_[d]->IterationBegin(number);
   }
+}
+
+std::string Runtime::StatsJson(int device) {
+  vmm::Allocator* a = ExistingAllocator(device);
+  std::string json =
+      a != nullptr ? a->stats().ToJson() : vmm::AllocatorStats{}.ToJson();
+  autoplan::ReplanStats r;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (device >= 0 && static_cast<size_t>(device) < replanners_.size() &&
+        replanners_[device] != nullptr) {
+      r = replanners_[device]->stats();
+    } else {
+      r.state = settings_.replan ? "waiting" : "off";
+    }
+  }
+  // Appended to the allocator's object: the re-planner's figures.
+  json.pop_back();  // '}'
+  json += fmt::format(
+      ",\"loom.replan_attempts\":{},\"loom.replans\":{},"
+      "\"loom.replan_duplicates\":{},\"loom.replan_failures\":{},"
+      "\"loom.replan_state\":{},\"loom.replan_error\":{}}}",
+      r.attempts, r.replans, r.duplicates, r.failures,
+      JsonWriter::Quote(r.state), JsonWriter::Quote(r.last_error));
+  return json;
 }
 
 void Runtime::IterationEnd(uint64_t number) {
@@ -335,6 +392,7 @@ Status Runtime::Shutdown() {
   for (std::atomic<vmm::Allocator*>& a : fast_) {
     a.store(nullptr, std::memory_order_release);
   }
+  replanners_.clear();  // joins a planner still running
   allocators_.clear();
   driver_.reset();
   markers_ = MarkerState{};

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "autoplan/replanner.h"
 #include "vmm/allocator.h"
 #include "vmm/driver.h"
 
@@ -33,6 +34,10 @@ struct Settings {
   uint64_t record = 0;
   std::string plan;
   std::string peers = "auto";  // auto: every device that can access; none
+  // Re-planning (autoplan/replanner.h): an iteration no installed plan
+  // fits is recorded and planned as a new plan variant in the background.
+  bool replan = false;
+  double replan_time_limit = 5;  // planner seconds per re-plan
 };
 
 // Parses "key=value;key=value" into `settings` (starting from its values).
@@ -54,6 +59,9 @@ class Runtime {
   Status LoadPlan(int device, const std::string& path);
   Status WriteTrace(int device, const std::string& path);
   Status SetMemoryFraction(double fraction, int device);
+  // The device's statistics as JSON (torch.cuda.memory_stats() keys and
+  // loom.*, re-planning included); all zero for a device not used yet.
+  std::string StatsJson(int device);
 
   // Markers, for every device. Devices first used later start from the
   // current state (open iteration, phase, open modules).
@@ -85,6 +93,8 @@ class Runtime {
   MarkerState markers_;
   std::unique_ptr<vmm::Driver> driver_;
   std::vector<std::unique_ptr<vmm::Allocator>> allocators_;  // by device
+  // With replan=1, one per allocator (same index); destroyed first.
+  std::vector<std::unique_ptr<autoplan::Replanner>> replanners_;
 };
 
 // The calling thread's last error message.

@@ -58,6 +58,10 @@ class Config:
     plan_options: dict = dataclasses.field(default_factory=dict)  # planner's
     plan_timeout: float = 600.0  # seconds to wait for another rank's plan
     plan_async: bool = True      # auto: plan in a background thread
+    # Re-plan a shape of iteration no installed plan fits (libloom records
+    # it and plans it as a new plan variant in the background). None: on
+    # in auto mode, off otherwise.
+    replan: bool = None
     planner: object = None       # callable(trace, plan) replacing libloom's
     reuse_plan_from: int = None  # a rank whose plan this rank may reuse
     torch_stats: bool = True     # route torch.cuda.memory_stats() to loom
@@ -183,6 +187,7 @@ _OPTIONS = {
     "plan_options": _plan_options,
     "plan_timeout": lambda v: _seconds(v, "plan_timeout"),
     "plan_async": lambda v: _bool(v, "plan_async"),
+    "replan": lambda v: _bool(v, "replan"),
     "planner": _planner,
     "reuse_plan_from": lambda v: v if v is None else _int(
         v, "reuse_plan_from", 0),
@@ -228,6 +233,10 @@ def parse_config(mode, workdir=".loom", plan=None, device=None, **options):
         raise LoomError(f"workdir: expected a directory path, got {workdir!r}")
     if plan is not None and not isinstance(plan, (str, os.PathLike)):
         raise LoomError(f"plan: expected a file path, got {plan!r}")
+    if values.get("replan") and mode in ("record", "pool"):
+        raise LoomError(f"replan applies to modes that serve plans (auto, "
+                        f"plan), not {mode!r}")
+    values.setdefault("replan", mode == "auto")
     config = Config(mode=mode, workdir=Path(workdir),
                     plan=Path(plan) if plan is not None else None,
                     device=device, **values)
@@ -248,7 +257,11 @@ def settings_string(config, device_count=None, plan=None):
         ("fraction", repr(config.fraction)),
         ("record", config.record_events),
         ("plan", "" if plan is None else str(plan)),
+        ("replan", 1 if config.replan else 0),
     ]
+    time_limit = config.plan_options.get("time_limit")
+    if config.replan and time_limit is not None:
+        items.append(("replan_time_limit", repr(float(time_limit))))
     for key, value in items:
         if any(c in str(value) for c in ";\n"):
             raise LoomError(f"{key}: {value!r} contains ';' or a newline, "

@@ -84,6 +84,7 @@ class Session:
         self.torch_pools = {}             # loom.pool(): device -> MemPool
         self._planner = None       # background planning thread
         self._plan_result = None   # (plan path, source) or LoomError
+        self._seen = {}            # plan-fit stats last logged
         self._stop = threading.Event()
 
     # ------------------------------------------------------------ markers
@@ -146,6 +147,37 @@ class Session:
                     self._write_recording()
         if self.state == PLANNING:
             self._install_if_ready()
+        if self.state in (PLANNED, SERVING) and self.mode != "pool":
+            self._watch_plan()
+
+    def _watch_plan(self):
+        """Says in the log when the plan did not fit an iteration (libloom
+        then served it from its dynamic space) and when a re-plan of such an
+        iteration was installed or failed."""
+        try:
+            stats = self.native.stats(self.device)
+        except LoomError:
+            return
+        def grew(key):
+            now = stats.get(key, 0)
+            before = self._seen.get(key, 0)
+            self._seen[key] = now
+            return now > before
+        if grew("loom.suspended_iterations"):
+            n = stats.get("loom.suspended_iterations", 0)
+            if n == 1 or n % 100 == 0:
+                log.warning(
+                    "loom: iteration %d did not fit the plan (%d iterations "
+                    "so far): it was served by the dynamic space%s",
+                    self.iteration - 1, n,
+                    "; re-planning it" if self.config.replan else "")
+        if grew("loom.replans"):
+            log.info("loom: a plan variant for a new shape of iteration was "
+                     "installed (%d variants)",
+                     stats.get("loom.plan_variants", 0))
+        if grew("loom.replan_failures"):
+            log.warning("loom: re-planning failed: %s",
+                        stats.get("loom.replan_error", "?"))
 
     def _buffer_nearly_full(self):
         """True when the record buffer may not hold one more iteration (the
@@ -393,6 +425,13 @@ class Session:
                 else hit_rate,
                 "plan_hits": stats.get("loom.plan_hits", 0),
                 "plan_misses": stats.get("loom.plan_misses", 0),
+                "plan_variants": stats.get("loom.plan_variants", 0),
+                "suspended_iterations": stats.get(
+                    "loom.suspended_iterations", 0),
+                "replan": bool(config.replan),
+                "replans": stats.get("loom.replans", 0),
+                "replan_state": stats.get("loom.replan_state"),
+                "replan_error": stats.get("loom.replan_error") or None,
                 "torch_allocator": self.torch_allocator is not None,
                 "torch_hooks": list(self.torch_hooks),
                 "finished": self.finished,

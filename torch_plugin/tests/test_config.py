@@ -115,12 +115,22 @@ def test_settings_name_every_key_so_nothing_leaks_from_a_previous_configure():
                               fraction=0.5, record_events=1000)
     assert config.settings_string(cfg) == (
         "backend=host;granularity=65536;device_memory=1073741824;devices=1;"
-        "cap=268435456;fraction=0.5;record=1000;plan=")
+        "cap=268435456;fraction=0.5;record=1000;plan=;replan=0")
     plan = config.parse_config("plan", plan="/p/plan.rank0.lplan")
     text = config.settings_string(plan, plan=plan.plan)
     assert text.startswith("backend=cuda;granularity=2097152;"
                            "device_memory=85899345920;devices=1;cap=0;")
-    assert text.endswith(";record=0;plan=/p/plan.rank0.lplan")
+    assert text.endswith(";record=0;plan=/p/plan.rank0.lplan;replan=0")
+    # Auto mode re-plans shapes its plan does not fit, with the planner's
+    # time limit; plan mode only when asked; record mode cannot.
+    auto = config.parse_config("auto", plan_options={"time_limit": 2})
+    assert config.settings_string(auto).endswith(
+        ";replan=1;replan_time_limit=2.0")
+    assert config.settings_string(config.parse_config(
+        "plan", plan="p.lplan", replan=True)).endswith(";replan=1")
+    assert not config.parse_config("auto", replan=False).replan
+    with pytest.raises(LoomError, match="replan applies to modes"):
+        config.parse_config("record", replan=True)
     # Host devices cover the rank's device.
     assert ";devices=4;" in config.settings_string(cfg, device_count=4)
     with pytest.raises(LoomError, match="contains ';'"):

@@ -429,3 +429,56 @@ def test_auto_mode_reuses_rank0s_plan_only_when_requests_match(
     # Rank 2 makes an extra request: plans its own.
     auto_run(2, extra_at=2)
     assert planned[1:] == [str(tmp_path / "plan.rank2.lplan")]
+
+
+def test_auto_mode_replans_a_new_shape_as_a_plan_variant(loom_env, tmp_path,
+                                                         caplog):
+    """A new shape of iteration (as with another sequence length) does not
+    fit the plan: libloom serves it from its dynamic space, says so, records
+    it, plans it in the background and installs it as a second plan variant;
+    from then on both shapes hit their plans."""
+    loom = loom_env
+    session = loom._configure_native(mode="auto", workdir=tmp_path,
+                                     record_iterations=2, plan_async=False,
+                                     plan_options={"time_limit": 2}, **HOST)
+    assert session.config.replan
+    loop = FakeLoop(session.native, session.device)
+
+    def iteration(unit):  # a stack of 48 activations, then their grads
+        acts = [loop.alloc(unit + 512 * i) for i in range(48)]
+        for act in reversed(acts):
+            loop.free(act)
+        loom.step()
+
+    for _ in range(3):
+        iteration(64 << 10)
+    assert loom.status()["state"] == "planned", loom.status()["plan_error"]
+    iteration(64 << 10)
+    hits = loom.memory_stats()["loom.plan_hits"]
+    iteration(64 << 10)
+    assert loom.memory_stats()["loom.plan_hits"] == hits + 48
+    # The new shape: suspended, recorded with the next iteration, planned.
+    with caplog.at_level(logging.INFO, logger="loom"):
+        for _ in range(4):
+            iteration(96 << 10)
+            if loom.status()["replans"]:
+                break
+        for _ in range(200):  # the planner thread may need a moment
+            if loom.status()["replans"]:
+                break
+            iteration(96 << 10)
+    status = loom.status()
+    assert status["suspended_iterations"] >= 1
+    assert status["replans"] == 1, status["replan_error"]
+    assert status["plan_variants"] == 2
+    # Both shapes now hit.
+    with caplog.at_level(logging.INFO, logger="loom"):
+        for unit in (96 << 10, 64 << 10, 96 << 10, 64 << 10):
+            before = loom.memory_stats()["loom.plan_hits"]
+            iteration(unit)
+            assert loom.memory_stats()["loom.plan_hits"] == before + 48, unit
+    assert "did not fit the plan" in caplog.text
+    assert "plan variant for a new shape" in caplog.text
+    session.native.check_invariants(0)
+    loop.check_all()
+    loop.close()
