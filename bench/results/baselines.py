@@ -71,6 +71,11 @@ def main():
                 for key in ("stitches", "stitch_reuses"):
                     if r["counters"].get(key):
                         notes.append(f"{key} {r['counters'][key]}")
+                plan_from = r.get("plan_from")
+                if plan_from:
+                    notes.append("planned from itself (oracle)"
+                                 if plan_from == "self"
+                                 else f"planned from {plan_from}")
                 print(f"| {label if i == 0 else ''} "
                       f"| {mib(r['peak_allocated_bytes']) if i == 0 else ''} "
                       f"| {r['allocator']} | {mib(r['peak_reserved_bytes'])} "
