@@ -461,7 +461,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
         // The hot path: a hit, recorded without going through a StatusOr.
         ++stats_.plan_hits;
         ++iteration_hits_;
-        fit_.Record(true);
+        fit_.RecordHit();
         live_.Insert(*planned,
                      Allocation{size, stream, Where::kStatic, false, false,
                                 request_id});
@@ -500,11 +500,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
   return ptr;
 }
 
-Matcher::Match Allocator::MatchRequest(uint64_t size) {
-  if (variants_.size() == 1 || probed_ >= kProbeRequests ||
-      active_->matcher.in_prologue()) {
-    return active_->matcher.Next(size);
-  }
+Matcher::Match Allocator::ProbeVariants(uint64_t size) {
   // The iteration's first requests: every variant follows them; the one
   // that matched the most serves (the active one keeps serving on a tie).
   ++probed_;
@@ -588,19 +584,6 @@ std::optional<DevicePtr> Allocator::TryStatic(const PlannedRequest& entry,
   const uint64_t offset = static_cast<uint64_t>(entry.offset);
   if (!OccupyStatic(offset, size, stream)) return std::nullopt;
   return region_->base() + offset;
-}
-
-bool Allocator::OccupyStatic(uint64_t offset, uint64_t size, Stream stream) {
-  // The safety check: the bytes must be free right now, and their pages
-  // neither lent to the arena nor awaiting another stream's work.
-  StaticRegion::Occupied occupied = region_->TryOccupy(
-      offset, size, [&](Page& page, uint32_t lo, uint32_t hi) {
-        return page.arena_users == 0 &&
-               FencesAllow(page, lo, hi, stream, tracker_);
-      });
-  if (occupied == StaticRegion::Occupied::kYes) return true;
-  if (occupied == StaticRegion::Occupied::kNo) return false;
-  return BackStatic(offset, size, stream);
 }
 
 bool Allocator::BackStatic(uint64_t offset, uint64_t size, Stream stream) {

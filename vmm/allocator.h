@@ -262,7 +262,14 @@ class Allocator {
   void ShiftPlan(RuntimePlan& plan, uint64_t by) const;
   // The matcher's entry for a request of `size`, from the active variant
   // (switching to another one if the iteration's first requests say so).
-  Matcher::Match MatchRequest(uint64_t size);
+  Matcher::Match MatchRequest(uint64_t size) {
+    if (variants_.size() == 1 || probed_ >= kProbeRequests ||
+        active_->matcher.in_prologue()) {
+      return active_->matcher.Next(size);
+    }
+    return ProbeVariants(size);
+  }
+  [[gnu::noinline]] Matcher::Match ProbeVariants(uint64_t size);
   // The active plan, its matcher and schedule (null without a plan in
   // force: none installed, or suspended for this iteration).
   const PlanSchedule* schedule() const {
@@ -277,7 +284,18 @@ class Allocator {
                                      Stream stream);
   // Occupies static bytes [offset, offset + size) if the safety check
   // allows, backing granules used for the first time.
-  bool OccupyStatic(uint64_t offset, uint64_t size, Stream stream);
+  bool OccupyStatic(uint64_t offset, uint64_t size, Stream stream) {
+    // The safety check: the bytes must be free right now, and their pages
+    // neither lent to the arena nor awaiting another stream's work.
+    const StaticRegion::Occupied occupied = region_->TryOccupy(
+        offset, size, [&](Page& page, uint32_t lo, uint32_t hi) {
+          return page.arena_users == 0 &&
+                 FencesAllow(page, lo, hi, stream, tracker_);
+        });
+    if (occupied == StaticRegion::Occupied::kYes) return true;
+    if (occupied == StaticRegion::Occupied::kNo) return false;
+    return BackStatic(offset, size, stream);
+  }
   // Backs a range TryOccupy occupied; on failure releases it, false.
   [[gnu::noinline]] bool BackStatic(uint64_t offset, uint64_t size,
                                     Stream stream);

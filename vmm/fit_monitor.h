@@ -35,6 +35,11 @@ class FitMonitor {
     window_ = 0;
     records_ = 0;
   }
+  // Records a hit (never suspends: a hit cannot lower the window's rate).
+  void RecordHit() {
+    window_ = (window_ << 1) | 1;
+    ++records_;
+  }
   // Records one routed request; returns true when it suspends the plan.
   bool Record(bool hit) {
     window_ = (window_ << 1) | (hit ? 1 : 0);
