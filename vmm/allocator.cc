@@ -113,7 +113,7 @@ Allocator::~Allocator() {
     fmt::print(stderr, "loom: waiting for device {} before release failed: {}\n",
                options_.device, drained.ToString());
   }
-  active_ = nullptr;
+  active_ = serving_ = nullptr;
   variants_.clear();
   region_.reset();
   arena_.reset();
@@ -211,8 +211,9 @@ Status Allocator::LoadPlan(RuntimePlan plan) {
   // their pages back, so the region is backed with them, not new ones.
   LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
   variants_.push_back(std::make_unique<Variant>(std::move(plan), granularity_));
-  active_ = variants_.back().get();
+  active_ = serving_ = variants_.back().get();
   active_->last_used = stats_.iterations;
+  probed_ = kProbeRequests;
   // Installed mid-run (after record mode): start at the steady state.
   if (next_request_id_ > 1) active_->matcher.JumpToIteration();
   stats_.static_region_bytes = active_->plan.region_bytes;
@@ -262,6 +263,7 @@ Status Allocator::AddPlanVariant(RuntimePlan plan) {
   LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
   variants_.push_back(std::make_unique<Variant>(std::move(plan), granularity_));
   active_ = variants_.back().get();
+  if (!fit_.suspended()) serving_ = active_;
   active_->last_used = stats_.iterations;
   active_->matcher.JumpToIteration();
   stats_.static_region_bytes =
@@ -335,7 +337,8 @@ Status Allocator::UnloadPlans() {
   LOOM_RETURN_IF_ERROR(DrainPages(pages));
   window_ = nullptr;
   lifetimes_.clear();
-  active_ = nullptr;
+  active_ = serving_ = nullptr;
+  probed_ = kProbeRequests;
   variants_.clear();
   region_.reset();
   stats_.static_region_bytes = 0;
@@ -428,12 +431,12 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     const int64_t until = DynamicUntil(&birth);
     learned = birth.window != nullptr;
     ptr = ServeUnforeseen(size, stream, until, {}, &where);
-  } else if (active_ != nullptr && !fit_.suspended()) {
+  } else if (serving_ != nullptr) {
     Matcher::Match match = MatchRequest(size);
     if (match.entry == nullptr) {
       ++stats_.plan_misses;
       ++iteration_misses_;
-      if (fit_.Record(false)) ++stats_.plan_suspensions;
+      if (fit_.Record(false)) Suspend();
       ptr = ServeUnforeseen(size, stream, ExtraUntil(), {}, &where);
     } else if (match.entry->offset == kUnplanned) {
       ++stats_.unplanned;
@@ -442,7 +445,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       // own unplanned requests, which outlive it, do not).
       if (match.prologue && !active_->matcher.in_setup() &&
           fit_.Record(false)) {
-        ++stats_.plan_suspensions;
+        Suspend();
       }
       // Expected to live as recorded (an early iteration's request carries
       // its own lifetime; a set-up one none).
@@ -473,7 +476,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       } else {
         ++stats_.plan_misses;
         ++iteration_misses_;
-        if (fit_.Record(false)) ++stats_.plan_suspensions;
+        if (fit_.Record(false)) Suspend();
         // The entry's planned lifetime is this request's expected one; its
         // own pages are idle for it (the plan reserved them for it).
         ptr = ServeUnforeseen(size, stream, ExpectedEnd(*match.entry),
@@ -500,7 +503,13 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
   return ptr;
 }
 
+void Allocator::Suspend() {
+  ++stats_.plan_suspensions;
+  serving_ = nullptr;
+}
+
 Matcher::Match Allocator::ProbeVariants(uint64_t size) {
+  if (active_->matcher.in_prologue()) return active_->matcher.Next(size);
   // The iteration's first requests: every variant follows them; the one
   // that matched the most serves (the active one keeps serving on a tie).
   ++probed_;
@@ -523,6 +532,7 @@ Matcher::Match Allocator::ProbeVariants(uint64_t size) {
     // Another variant has matched this iteration's first requests better
     // (its cursor followed the same requests): it serves from now on.
     active_ = variants_[best].get();
+    serving_ = active_;
     active_->last_used = stats_.iterations;
     ++stats_.variant_switches;
     stats_.static_region_bytes =

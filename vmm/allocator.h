@@ -263,18 +263,18 @@ class Allocator {
   // The matcher's entry for a request of `size`, from the active variant
   // (switching to another one if the iteration's first requests say so).
   Matcher::Match MatchRequest(uint64_t size) {
-    if (variants_.size() == 1 || probed_ >= kProbeRequests ||
-        active_->matcher.in_prologue()) {
-      return active_->matcher.Next(size);
-    }
+    // probed_ starts an iteration at kProbeRequests with one variant.
+    if (probed_ >= kProbeRequests) return active_->matcher.Next(size);
     return ProbeVariants(size);
   }
   [[gnu::noinline]] Matcher::Match ProbeVariants(uint64_t size);
+  // The plan does not fit this iteration: served from the arena until the
+  // next iteration begins.
+  void Suspend();
   // The active plan, its matcher and schedule (null without a plan in
   // force: none installed, or suspended for this iteration).
   const PlanSchedule* schedule() const {
-    return active_ != nullptr && !fit_.suspended() ? &active_->schedule
-                                                   : nullptr;
+    return serving_ != nullptr ? &serving_->schedule : nullptr;
   }
   Status Init(uint64_t arena_va_bytes);
 
@@ -379,7 +379,10 @@ class Allocator {
   std::unique_ptr<StaticRegion> region_;
   std::vector<std::unique_ptr<Variant>> variants_;
   Variant* active_ = nullptr;  // serves the current iteration
-  uint32_t probed_ = 0;        // requests of this iteration probed so far
+  // active_ while the plan fits this iteration, null when suspended (the
+  // hot path's one test).
+  Variant* serving_ = nullptr;
+  uint32_t probed_ = kProbeRequests;  // requests of this iteration probed
   FitMonitor fit_;
   FlatMap<Allocation> live_;
   std::unordered_map<DevicePtr, std::vector<Stream>> extra_streams_;

@@ -16,7 +16,8 @@ void Allocator::IterationBegin(uint64_t number) {
   fit_.IterationBegin();
   stats_.suspended_iterations = fit_.suspended_iterations();
   stats_.last_iteration_suspended = fit_.last_iteration_suspended();
-  probed_ = 0;
+  probed_ = variants_.size() > 1 ? 0 : kProbeRequests;
+  serving_ = active_;
   for (const std::unique_ptr<Variant>& v : variants_) {
     v->matcher.IterationBegin();
     v->probe_hits = 0;
