@@ -9,6 +9,7 @@
 #include <thread>
 #include <tuple>
 
+#include "autoplan/replanner.h"
 #include "base/json.h"
 #include "plan/make_plan.h"
 #include "vmm/allocator.h"
@@ -111,6 +112,9 @@ class Harness {
   vmm::Driver& driver_;
   vmm::AsyncHostDriver* async_;
   std::vector<std::unique_ptr<vmm::Allocator>> allocators_;
+  // After the plan is installed, one per allocator, driven by thread 0:
+  // iterations the plan does not fit are re-planned as variants.
+  std::vector<std::unique_ptr<autoplan::Replanner>> replanners_;
   std::vector<std::vector<Stream>> streams_;  // per device
   std::vector<Stream> created_streams_;
   std::vector<ThreadState> threads_;
@@ -212,9 +216,16 @@ void Harness::Step(int index, ThreadState& t) {
   // Thread 0 marks iterations and installs the plan once, a third in.
   if (index == 0) {
     if (t.ops % 97 == 0) {
-      for (auto& a : allocators_) {
-        if (t.in_iteration) a->IterationEnd(t.iteration);
-        a->IterationBegin(t.iteration + 1);
+      for (size_t d = 0; d < allocators_.size(); ++d) {
+        vmm::Allocator& a = *allocators_[d];
+        if (t.in_iteration) a.IterationEnd(t.iteration);
+        if (d < replanners_.size()) replanners_[d]->BeforeIterationBegin();
+        // Rarely the plans go (refused while static bytes live); the
+        // single-thread runs keep theirs, for plan hits.
+        if (options_.threads > 1 && Random(t, 128) == 0) {
+          a.UnloadPlans().IgnoreError();
+        }
+        a.IterationBegin(t.iteration + 1);
       }
       if (t.in_iteration) ++t.iteration;
       t.in_iteration = true;
@@ -444,6 +455,13 @@ void Harness::InstallPlan() {
     if (allocator->LoadPlan(*std::move(runtime)).ok()) ++plans_;
     allocator->StopRecording();
   }
+  for (auto& allocator : allocators_) {
+    autoplan::ReplanOptions replan;
+    replan.plan_options.time_limit_seconds = 0.2;
+    replan.record_capacity = 1 << 16;
+    replanners_.push_back(
+        std::make_unique<autoplan::Replanner>(*allocator, replan));
+  }
 }
 
 std::vector<DevicePtr> Harness::StampAddresses(const Buffer& b) const {
@@ -576,6 +594,9 @@ StressReport Harness::Finish() {
   r.empty_caches = empty_caches_;
   r.ooms = ooms_;
   r.plans_installed = plans_;
+  for (const auto& replanner : replanners_) {
+    r.replans += replanner->stats().replans;
+  }
   r.graph_captures = captures_;
   r.graph_replays = replays_;
   r.corrupted = corrupted_;
@@ -584,6 +605,9 @@ StressReport Harness::Finish() {
   for (auto& a : allocators_) {
     const vmm::AllocatorStats stats = a->stats();
     r.plan_hits += stats.plan_hits;
+    r.plan_misses += stats.plan_misses + stats.unplanned;
+    r.plan_suspensions += stats.plan_suspensions;
+    r.plans_unloaded += stats.plans_unloaded;
     r.oom_retries += stats.num_alloc_retries;
   }
   if (async_ != nullptr) {
@@ -604,6 +628,7 @@ StressReport Harness::Finish() {
                                             start_)
                   .count();
   for (vmm::Event e : events_) driver_.DestroyEvent(e).IgnoreError();
+  replanners_.clear();  // they use the allocators
   allocators_.clear();
   for (Stream s : created_streams_) driver_.DestroyStream(s).IgnoreError();
   return r;
@@ -632,6 +657,10 @@ std::string StressReport::ToJson(const StressOptions& options) const {
   w.Key("oom_retries").Uint(oom_retries);
   w.Key("plans_installed").Uint(plans_installed);
   w.Key("plan_hits").Uint(plan_hits);
+  w.Key("plan_misses").Uint(plan_misses);
+  w.Key("plan_suspensions").Uint(plan_suspensions);
+  w.Key("replans").Uint(replans);
+  w.Key("plans_unloaded").Uint(plans_unloaded);
   w.Key("graph_captures").Uint(graph_captures);
   w.Key("graph_replays").Uint(graph_replays);
   w.Key("faults").Uint(faults);
