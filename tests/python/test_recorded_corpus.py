@@ -1,9 +1,10 @@
 """The corpus of CPU recordings in bench/data/recorded/: every trace named
 by regenerate.sh is there, valid (libloom reads and checks it), has at
-least 4 complete iterations and says in its provenance the exact command
-that made it; README.md lists each; and one regenerated now has the same
-events (the recordings are deterministic for the pinned torch and
-transformers)."""
+least 4 complete iterations, tensors of realistic sizes (peak live in the
+GiB range, requests of MiB) and, for the MoE models only, requests inside
+dynamic modules, and says in its provenance the exact command that made
+it; README.md lists each; and one regenerated now has the same events (the
+recordings are deterministic for the pinned torch and transformers)."""
 
 import re
 import shlex
@@ -64,6 +65,27 @@ def test_each_trace_is_valid_and_says_how_it_was_made(name, args):
     dynamic = any(e.dynamic for e in trace.events
                   if e.kind == loom_trace.MODULE_ENTER)
     assert dynamic == (not name.startswith("llama"))
+    assert (_requests_in_dynamic_modules(trace.events) > 0) == dynamic
+    # Realistic sizes, not tiny ones: against 2 MiB granules, a comparison
+    # of allocators on KiB-sized tensors measures rounding.
+    assert 1 << 30 <= summary["peak_live_bytes"] <= 8 << 30
+    sizes = sorted(e.size for e in trace.events
+                   if e.kind == loom_trace.ALLOC)
+    assert sizes[len(sizes) // 2] >= 1 << 20
+    assert (FOLDER / name).stat().st_size < 1 << 20
+
+
+def _requests_in_dynamic_modules(events):
+    """Requests made while a module flagged dynamic is open."""
+    stack, count = [], 0
+    for event in events:
+        if event.kind == loom_trace.MODULE_ENTER:
+            stack.append(event.dynamic)
+        elif event.kind == loom_trace.MODULE_EXIT and stack:
+            stack.pop()
+        elif event.kind == loom_trace.ALLOC and any(stack):
+            count += 1
+    return count
 
 
 def test_a_trace_regenerated_now_has_the_same_events(tmp_path):

@@ -13,7 +13,10 @@
 #
 # The recordings are deterministic: the same torch and transformers
 # versions give the same files, byte for byte (the provenance names the
-# versions).
+# versions). The models have realistic widths (--set: hidden 1024,
+# vocabulary 32000; 2 x 1024 tokens per micro-batch), so all of them take
+# about 15 minutes on two cores and up to 10 GiB of memory (the Mixtral
+# ones); `./loom record-cpu` without --set and --seq makes tiny ones.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -23,17 +26,17 @@ DEVICE=cpu
 
 # name | arguments of ./loom record-cpu
 TRACES=(
-  "llama_plain.ltb|--model llama --dtype bf16 --steps 6"
-  "llama_recompute.ltb|--model llama --dtype bf16 --steps 6 --recompute"
-  "llama_1f1b_rank0.ltb|--model llama --dtype bf16 --steps 6 --set num_hidden_layers=8 --schedule 1f1b --stages 4 --microbatches 8"
-  "llama_1f1b_rank3.ltb|--model llama --dtype bf16 --steps 6 --set num_hidden_layers=8 --schedule 1f1b --stages 4 --microbatches 8 --rank 3"
-  "llama_interleaved.ltb|--model llama --dtype bf16 --steps 6 --set num_hidden_layers=8 --schedule interleaved:2 --stages 2 --microbatches 4"
-  "llama_interleaved_recompute.ltb|--model llama --dtype bf16 --steps 6 --set num_hidden_layers=8 --schedule interleaved:2 --stages 2 --microbatches 4 --recompute"
-  "mixtral_plain.ltb|--model mixtral --dtype bf16 --steps 6 --experts eager"
-  "mixtral_recompute.ltb|--model mixtral --dtype bf16 --steps 6 --experts eager --recompute"
-  "qwen3_moe_plain.ltb|--model qwen3_moe --dtype bf16 --steps 6"
-  "qwen3_moe_interleaved.ltb|--model qwen3_moe --dtype bf16 --steps 6 --experts eager --set num_hidden_layers=8 --schedule interleaved:2 --stages 2 --microbatches 4"
-  "deepseek_v3_plain.ltb|--model deepseek_v3 --dtype bf16 --steps 6 --experts eager"
+  "llama_plain.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000"
+  "llama_recompute.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000 --recompute"
+  "llama_1f1b_rank0.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000,num_hidden_layers=8 --schedule 1f1b --stages 4 --microbatches 8"
+  "llama_1f1b_rank3.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000,num_hidden_layers=8 --schedule 1f1b --stages 4 --microbatches 8 --rank 3"
+  "llama_interleaved.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000,num_hidden_layers=8 --schedule interleaved:2 --stages 2 --microbatches 4"
+  "llama_interleaved_recompute.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000,num_hidden_layers=8 --schedule interleaved:2 --stages 2 --microbatches 4 --recompute"
+  "mixtral_plain.ltb|--model mixtral --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000 --experts eager"
+  "mixtral_recompute.ltb|--model mixtral --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000 --experts eager --recompute"
+  "qwen3_moe_plain.ltb|--model qwen3_moe --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,moe_intermediate_size=768,num_attention_heads=16,num_key_value_heads=4,vocab_size=32000"
+  "qwen3_moe_interleaved.ltb|--model qwen3_moe --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,moe_intermediate_size=768,num_attention_heads=16,num_key_value_heads=4,vocab_size=32000,num_hidden_layers=8 --experts eager --schedule interleaved:2 --stages 2 --microbatches 4"
+  "deepseek_v3_plain.ltb|--model deepseek_v3 --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,moe_intermediate_size=768,num_attention_heads=16,num_key_value_heads=16,q_lora_rank=512,kv_lora_rank=512,qk_rope_head_dim=64,qk_nope_head_dim=128,v_head_dim=128,vocab_size=32000 --experts eager"
 )
 
 names=()
@@ -41,7 +44,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --device) DEVICE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) names+=("$1"); shift ;;
   esac
 done
