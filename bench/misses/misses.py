@@ -157,6 +157,8 @@ def verdicts(r):
         "best": e["loom"] >= best - 1e-12,
         "unplanned": e["loom"] >= e["loom_unplanned"] - 1e-12,
         "corrupted": r["host_corrupted"] == 0 and r["host_data_checked"],
+        "calls": r["driver_calls"]["loom"] <=
+        2 * r["driver_calls"]["pytorch_expandable"],
     }
     if any(word in r["row"] for word in MOE_ROW):
         out["moe98"] = e["loom"] >= 0.98
@@ -166,6 +168,8 @@ def verdicts(r):
 def summary(results):
     lines = []
     for key, what in (("best", "loom >= the best baseline"),
+                      ("calls", "loom's driver calls <= 2x expandable "
+                                "segments'"),
                       ("unplanned", "planned loom >= unplanned loom"),
                       ("moe98", "loom >= 98% on MoE rows"),
                       ("corrupted", "0 corrupted (host backend, "
