@@ -25,6 +25,9 @@ GROUPS = [
     ("idealloc", sorted((REPO / "bench/data/idealloc").rglob("*.csv"))),
     ("PyTorch snapshot instances",
      sorted((REPO / "bench/data/pytorch_snapshots/instances").glob("*.csv"))),
+    ("Recorded on the CPU (bench/data/recorded: HF transformers models, "
+     "6 iterations; loom planned from the first 3)",
+     sorted((REPO / "bench/data/recorded").glob("*.ltb"))),
     ("Built-in workloads", [
         ("builtin:moe", []), ("builtin:dense", []), ("builtin:moe_comm", []),
         ("builtin:moe:routing_skew=2", []),
