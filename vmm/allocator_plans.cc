@@ -1,0 +1,283 @@
+// The allocator's plans: installing, adding variants, choosing the variant
+// that serves an iteration, suspending a plan that does not fit, unloading.
+#include <algorithm>
+
+#include "vmm/allocator.h"
+
+namespace loom::vmm {
+namespace {
+
+uint64_t RoundUp(uint64_t value, uint64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// Requests above this are refused outright: no GPU has 2^50 bytes.
+constexpr uint64_t kMaxRequest = uint64_t{1} << 50;
+
+}  // namespace
+
+bool Allocator::has_plan() const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  return !variants_.empty();
+}
+
+bool Allocator::PlanSuspended() const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  return active_ != nullptr && fit_.suspended();
+}
+
+size_t Allocator::plan_variants() const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  return variants_.size();
+}
+
+Status Allocator::CheckPlan(const RuntimePlan& plan,
+                            uint64_t region_limit) const {
+  if (plan.region_bytes == 0 || plan.region_bytes % granularity_ != 0) {
+    return InvalidArgumentError(
+        "plan region of {} bytes is not a positive multiple of the granularity "
+        "{}",
+        plan.region_bytes, granularity_);
+  }
+  if (plan.region_bytes > region_limit) {
+    return FailedPreconditionError(
+        "plan region of {} bytes exceeds the static region's {} bytes",
+        plan.region_bytes, region_limit);
+  }
+  auto check = [&](const std::vector<PlannedRequest>& seq,
+                   std::string_view what) -> Status {
+    for (size_t i = 0; i < seq.size(); ++i) {
+      const PlannedRequest& r = seq[i];
+      if (r.size == 0 || r.size > kMaxRequest) {
+        return InvalidArgumentError("plan {} entry {}: size {}", what, i,
+                                    r.size);
+      }
+      if (r.offset != kUnplanned &&
+          (r.offset < 0 ||
+           static_cast<uint64_t>(r.offset) > plan.region_bytes ||
+           r.size > plan.region_bytes - static_cast<uint64_t>(r.offset))) {
+        return InvalidArgumentError(
+            "plan {} entry {}: [{}, +{}) outside the region of {} bytes", what,
+            i, r.offset, r.size, plan.region_bytes);
+      }
+    }
+    return OkStatus();
+  };
+  LOOM_RETURN_IF_ERROR(check(plan.prologue, "prologue"));
+  LOOM_RETURN_IF_ERROR(check(plan.iteration, "iteration"));
+  if (plan.period < 0) return InvalidArgumentError("negative plan period");
+  const uint64_t granules = plan.region_bytes / granularity_;
+  for (const DynamicWindow& w : plan.windows) {
+    for (uint32_t k : w.idle_granules) {
+      if (k >= granules) {
+        return InvalidArgumentError(
+            "dynamic window '{}': granule {} outside the region", w.module, k);
+      }
+    }
+  }
+  return OkStatus();
+}
+
+Status Allocator::LoadPlan(RuntimePlan plan) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  if (!variants_.empty())
+    return FailedPreconditionError("a plan is already installed");
+  LOOM_RETURN_IF_ERROR(CheckPlan(plan, kMaxRequest));
+  // The region is backed lazily (static_region.h): installing it reserves
+  // address space only, enough for later variants too (the device's
+  // memory; address space costs nothing).
+  if (region_ == nullptr) {
+    StatusOr<std::unique_ptr<StaticRegion>> region = StaticRegion::Create(
+        driver_, pool_, options_.device,
+        std::max(plan.region_bytes, device_bytes_));
+    if (!region.ok()) {
+      return region.status().WithContext("building the static region");
+    }
+    region_ = std::move(region).value();
+  } else if (plan.region_bytes > region_->bytes()) {
+    return FailedPreconditionError(
+        "plan region of {} bytes exceeds the static region's {} bytes",
+        plan.region_bytes, region_->bytes());
+  }
+  // Installed mid-run (after record mode): the arena's idle granules give
+  // their pages back, so the region is backed with them, not new ones.
+  LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
+  variants_.push_back(std::make_unique<Variant>(std::move(plan), granularity_));
+  active_ = serving_ = variants_.back().get();
+  active_->last_used = stats_.iterations;
+  probed_ = kProbeRequests;
+  // Installed mid-run (after record mode): start at the steady state.
+  if (next_request_id_ > 1) active_->matcher.JumpToIteration();
+  stats_.static_region_bytes = active_->plan.region_bytes;
+  stats_.plan_variants = variants_.size();
+  UpdateReserved();
+  return OkStatus();
+}
+
+Status Allocator::AddPlanVariant(RuntimePlan plan) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  if (variants_.empty() || region_ == nullptr) {
+    return FailedPreconditionError("no plan installed to add a variant to");
+  }
+  // Above the bytes of live persistent static allocations (the installed
+  // plans' weights and optimizer state, when they planned them): the new
+  // layout knows nothing of them. Everything else of the region is shared
+  // (only one iteration runs at a time), so are its pages.
+  const uint64_t floor = PersistentFloor();
+  if (floor > 0) ShiftPlan(plan, floor);
+  LOOM_RETURN_IF_ERROR(CheckPlan(plan, region_->bytes()));
+  // The same requests as a variant already there: that one serves.
+  for (const std::unique_ptr<Variant>& v : variants_) {
+    const std::vector<PlannedRequest>& mine = v->plan.iteration;
+    if (mine.size() == plan.iteration.size() &&
+        std::equal(mine.begin(), mine.end(), plan.iteration.begin(),
+                   [](const PlannedRequest& a, const PlannedRequest& b) {
+                     return a.size == b.size;
+                   })) {
+      return AlreadyExistsError(
+          "a plan variant with the same {} requests is installed",
+          mine.size());
+    }
+  }
+  if (variants_.size() >= kMaxVariants) {
+    // The variant unused the longest goes (its windows' learned lifetimes
+    // with it).
+    auto oldest = std::min_element(
+        variants_.begin(), variants_.end(),
+        [&](const auto& a, const auto& b) {
+          return (a.get() == active_ ? UINT64_MAX : a->last_used) <
+                 (b.get() == active_ ? UINT64_MAX : b->last_used);
+        });
+    for (const DynamicWindow& w : (*oldest)->plan.windows) lifetimes_.erase(&w);
+    if (window_ != nullptr) FindWindow();
+    variants_.erase(oldest);
+  }
+  LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
+  variants_.push_back(std::make_unique<Variant>(std::move(plan), granularity_));
+  active_ = variants_.back().get();
+  if (!fit_.suspended()) serving_ = active_;
+  active_->last_used = stats_.iterations;
+  active_->matcher.JumpToIteration();
+  stats_.static_region_bytes =
+      std::max(stats_.static_region_bytes, active_->plan.region_bytes);
+  stats_.plan_variants = variants_.size();
+  FindWindow();
+  return OkStatus();
+}
+
+uint64_t Allocator::PersistentFloor() const {
+  std::vector<std::pair<uint64_t, uint64_t>> persistent;  // [offset, end)
+  for (const std::unique_ptr<Variant>& v : variants_) {
+    for (const PlannedRequest& r : v->plan.prologue) {
+      if (r.offset != kUnplanned && v->plan.period > 0 &&
+          r.end - r.start >= v->plan.period) {
+        const uint64_t at = static_cast<uint64_t>(r.offset);
+        persistent.emplace_back(at, at + r.size);
+      }
+    }
+  }
+  uint64_t floor = 0;
+  if (persistent.empty()) return 0;
+  live_.ForEach([&](DevicePtr ptr, const Allocation& a) {
+    if (a.where != Where::kStatic) return;
+    const uint64_t at = ptr - region_->base();
+    for (const auto& [lo, hi] : persistent) {
+      if (at < hi && lo < at + a.size) {
+        floor = std::max(floor, at + a.size);
+        return;
+      }
+    }
+  });
+  return RoundUp(floor, granularity_);
+}
+
+void Allocator::ShiftPlan(RuntimePlan& plan, uint64_t by) const {
+  for (std::vector<PlannedRequest>* seq : {&plan.prologue, &plan.iteration}) {
+    for (PlannedRequest& r : *seq) {
+      if (r.offset != kUnplanned) r.offset += static_cast<int64_t>(by);
+    }
+  }
+  const uint32_t granules = static_cast<uint32_t>(by / granularity_);
+  for (DynamicWindow& w : plan.windows) {
+    for (uint32_t& k : w.idle_granules) k += granules;
+  }
+  plan.region_bytes += by;
+}
+
+Status Allocator::FreeIdleArenaPages() {
+  if (arena_->mapped_granules() == 0) return OkStatus();
+  // Work queued before the frees that made them idle may still touch them.
+  LOOM_RETURN_IF_ERROR(DrainPages(arena_->IdlePages()));
+  LOOM_RETURN_IF_ERROR(arena_->UnmapIdle().status());
+  stats_.arena_mapped_bytes = arena_->mapped_granules() * granularity_;
+  return OkStatus();
+}
+
+Status Allocator::UnloadPlans() {
+  std::lock_guard<FutexMutex> lock(mu_);
+  if (region_ == nullptr) return OkStatus();
+  if (region_->occupied_bytes() != 0) {
+    return FailedPreconditionError(
+        "{} bytes of static allocations are live: the plans stay",
+        region_->occupied_bytes());
+  }
+  // The region's mappings go: wait for the work that may still use them.
+  std::vector<PageId> pages;
+  for (uint32_t k = 0; k < region_->backed_extent(); ++k) {
+    if (region_->page(k) != kNoPage) pages.push_back(region_->page(k));
+  }
+  LOOM_RETURN_IF_ERROR(DrainPages(pages));
+  window_ = nullptr;
+  lifetimes_.clear();
+  active_ = serving_ = nullptr;
+  probed_ = kProbeRequests;
+  variants_.clear();
+  region_.reset();
+  stats_.static_region_bytes = 0;
+  stats_.static_backed_bytes = 0;
+  stats_.plan_variants = 0;
+  ++stats_.plans_unloaded;
+  return OkStatus();
+}
+
+void Allocator::Suspend() {
+  ++stats_.plan_suspensions;
+  serving_ = nullptr;
+}
+
+Matcher::Match Allocator::ProbeVariants(uint64_t size) {
+  if (active_->matcher.in_prologue()) return active_->matcher.Next(size);
+  // The iteration's first requests: every variant follows them; the one
+  // that matched the most serves (the active one keeps serving on a tie).
+  ++probed_;
+  std::vector<Matcher::Match> matches(variants_.size());
+  for (size_t i = 0; i < variants_.size(); ++i) {
+    Variant& v = *variants_[i];
+    matches[i] = v.matcher.Next(size);
+    if (matches[i].entry != nullptr && !matches[i].near) ++v.probe_hits;
+  }
+  size_t best = 0, current = 0;
+  for (size_t i = 0; i < variants_.size(); ++i) {
+    if (variants_[i].get() == active_) current = i;
+  }
+  best = current;
+  for (size_t i = 0; i < variants_.size(); ++i) {
+    if (variants_[i]->probe_hits > variants_[best]->probe_hits) best = i;
+  }
+  const Matcher::Match& mine = matches[current];
+  if (best != current && (mine.entry == nullptr || mine.near)) {
+    // Another variant has matched this iteration's first requests better
+    // (its cursor followed the same requests): it serves from now on.
+    active_ = variants_[best].get();
+    serving_ = active_;
+    active_->last_used = stats_.iterations;
+    ++stats_.variant_switches;
+    stats_.static_region_bytes =
+        std::max(stats_.static_region_bytes, active_->plan.region_bytes);
+    FindWindow();
+    return matches[best];
+  }
+  return mine;
+}
+
+}  // namespace loom::vmm
