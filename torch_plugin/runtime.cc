@@ -2,6 +2,8 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "base/json.h"
 #include "base/text.h"
@@ -42,6 +44,16 @@ StatusOr<uint64_t> ParseBytes(std::string_view key, std::string_view value) {
     return OutOfRangeError("setting {}: '{}' is too large", key, value);
   }
   return number << shift;
+}
+
+// `value` read whole as a decimal number (nullopt: empty or not a number).
+std::optional<double> ParseNumber(std::string_view value) {
+  const std::string copy(value);
+  char* end_ptr = nullptr;
+  const double number = std::strtod(copy.c_str(), &end_ptr);
+  if (copy.empty() || end_ptr != copy.c_str() + copy.size())
+    return std::nullopt;
+  return number;
 }
 
 }  // namespace
@@ -91,15 +103,12 @@ Status ParseSettings(std::string_view text, Settings& settings) {
       }
       out.devices = devices;
     } else if (key == "fraction") {
-      std::string copy(value);
-      char* end_ptr = nullptr;
-      double fraction = std::strtod(copy.c_str(), &end_ptr);
-      if (copy.empty() || end_ptr != copy.c_str() + copy.size() ||
-          !(fraction >= 0) || fraction > 1) {
+      std::optional<double> fraction = ParseNumber(value);
+      if (!fraction || !(*fraction >= 0) || *fraction > 1) {
         return InvalidArgumentError("setting fraction: '{}' is not in [0, 1]",
                                     value);
       }
-      out.fraction = fraction;
+      out.fraction = *fraction;
     } else if (key == "plan") {
       out.plan = std::string(value);
     } else if (key == "replan") {
@@ -109,16 +118,13 @@ Status ParseSettings(std::string_view text, Settings& settings) {
       }
       out.replan = value == "1";
     } else if (key == "replan_time_limit") {
-      std::string copy(value);
-      char* end_ptr = nullptr;
-      double seconds = std::strtod(copy.c_str(), &end_ptr);
-      if (copy.empty() || end_ptr != copy.c_str() + copy.size() ||
-          !(seconds > 0) || seconds > 3600) {
+      std::optional<double> seconds = ParseNumber(value);
+      if (!seconds || !(*seconds > 0) || *seconds > 3600) {
         return InvalidArgumentError(
             "setting replan_time_limit: '{}' is not in (0, 3600] seconds",
             value);
       }
-      out.replan_time_limit = seconds;
+      out.replan_time_limit = *seconds;
     } else if (key == "peers") {
       if (value != "auto" && value != "none") {
         return InvalidArgumentError("setting peers: '{}' is not auto or none",
@@ -215,8 +221,8 @@ StatusOr<vmm::Allocator*> Runtime::AllocatorForLocked(int device) {
     autoplan::ReplanOptions replan;
     replan.background = true;  // training goes on while it plans
     replan.plan_options.time_limit_seconds = settings_.replan_time_limit;
-    replanners_[device] = std::make_unique<autoplan::Replanner>(
-        *allocators_[device], replan);
+    replanners_[device] =
+        std::make_unique<autoplan::Replanner>(*allocators_[device], replan);
   }
   fast_[device].store(allocators_[device].get(), std::memory_order_release);
   return allocators_[device].get();

@@ -4,17 +4,6 @@
 #include <bit>
 
 namespace loom::vmm {
-namespace {
-
-uint64_t RoundUp(uint64_t value, uint64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
-// Requests above this are refused outright: no GPU has 2^50 bytes.
-constexpr uint64_t kMaxRequest = uint64_t{1} << 50;
-
-}  // namespace
-
 StatusOr<std::unique_ptr<Allocator>> Allocator::Create(
     Driver& driver, AllocatorOptions options) {
   if (options.memory_fraction < 0 || options.memory_fraction > 1) {
@@ -110,7 +99,8 @@ Allocator::~Allocator() {
   // Queued work may still use memory freed last: wait before unmapping.
   Status drained = tracker_.WaitForAll();
   if (!drained.ok()) {
-    fmt::print(stderr, "loom: waiting for device {} before release failed: {}\n",
+    fmt::print(stderr,
+               "loom: waiting for device {} before release failed: {}\n",
                options_.device, drained.ToString());
   }
   active_ = serving_ = nullptr;
@@ -188,7 +178,8 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
   }
   if (!pending_.empty()) ProcessPendingFrees();
   if (open_pools_ > 0) {
-    if (GraphPool* pool = PoolFor(stream)) return AllocatePooled(*pool, size, stream);
+    if (GraphPool* pool = PoolFor(stream))
+      return AllocatePooled(*pool, size, stream);
   }
   const uint64_t request_id = next_request_id_++;
   if (recording_) {
@@ -225,7 +216,8 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       }
       // Expected to live as recorded (an early iteration's request carries
       // its own lifetime; a set-up one none).
-      const bool known = !match.prologue || match.entry->end > match.entry->start;
+      const bool known =
+          !match.prologue || match.entry->end > match.entry->start;
       ptr = AllocateInArena(size, stream, known ? match.entry->end : -1);
     } else {
       // A request that shrank takes its planned bytes; one that grew takes
@@ -241,9 +233,8 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
         ++stats_.plan_hits;
         ++iteration_hits_;
         fit_.RecordHit();
-        live_.Insert(*planned,
-                     Allocation{size, stream, Where::kStatic, false, false,
-                                request_id});
+        live_.Insert(*planned, Allocation{size, stream, Where::kStatic, false,
+                                          false, request_id});
         stats_.allocated_bytes.Increase(size);
         stats_.active_bytes.Increase(size);
         stats_.allocation.Increase(1);
@@ -266,7 +257,8 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     ptr = AllocateInArena(size, stream, -1);
   }
   if (!ptr.ok()) return ptr.status();
-  live_.Insert(*ptr, Allocation{size, stream, where, false, learned, request_id});
+  live_.Insert(*ptr,
+               Allocation{size, stream, where, false, learned, request_id});
   if (learned) dynamic_births_.Insert(*ptr, birth);
   stats_.allocated_bytes.Increase(size);
   stats_.active_bytes.Increase(size);
@@ -282,9 +274,9 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
 bool Allocator::GrowthFits(const PlannedRequest& entry, uint64_t size) const {
   const uint64_t planned = RoundUp(entry.size, kArenaAlignment);
   const uint64_t extra = RoundUp(size, kArenaAlignment) - planned;
-  return active_->schedule.RangeIdle(static_cast<uint64_t>(entry.offset) +
-                                         planned,
-                                     extra, entry.start, entry.end);
+  return active_->schedule.RangeIdle(
+      static_cast<uint64_t>(entry.offset) + planned, extra, entry.start,
+      entry.end);
 }
 
 int64_t Allocator::ExpectedEnd(const PlannedRequest& entry) const {
@@ -308,12 +300,11 @@ StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
                                                std::vector<PageId> preferred,
                                                Where* where) {
   const PlanSchedule* plan_schedule = schedule();
-  if (plan_schedule != nullptr && until >= 0 &&
-      !active_->matcher.in_setup()) {
+  if (plan_schedule != nullptr && until >= 0 && !active_->matcher.in_setup()) {
     // Bytes of the static region the plan leaves idle until `until`:
     // checked free now by the same safety check as a planned hand-out.
-    for (uint64_t offset : plan_schedule->IdleRanges(
-             size, active_->matcher.now(), until, 8)) {
+    for (uint64_t offset :
+         plan_schedule->IdleRanges(size, active_->matcher.now(), until, 8)) {
       if (OccupyStatic(offset, size, stream)) {
         ++stats_.idle_static_placements;
         *where = Where::kStatic;
@@ -343,7 +334,6 @@ bool Allocator::BackStatic(uint64_t offset, uint64_t size, Stream stream) {
           : 0;
   Status backed = region_->Back(offset, size, source, limit);
   UpdateReserved();
-  stats_.static_backed_bytes = region_->backed_bytes();
   if (backed.ok()) return true;
   // No page for it: the request is served elsewhere (and runs into the
   // out-of-memory path there if memory is exhausted).
@@ -378,8 +368,6 @@ StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
     }
   }
   UpdateReserved();
-  stats_.arena_mapped_bytes = arena_->mapped_granules() * granularity_;
-  stats_.arena_maps = arena_->maps();
   if (!ptr.ok() && ptr.status().code() == StatusCode::kOutOfMemory)
     ++stats_.num_ooms;
   return ptr;
@@ -519,7 +507,6 @@ Status Allocator::EmptyCacheLocked() {
   // Whole chunks go back; a chunk with a page still mapped stays.
   Status result = pool_.ReleaseSpareChunks();
   UpdateReserved();
-  stats_.arena_mapped_bytes = arena_->mapped_granules() * granularity_;
   return result;
 }
 

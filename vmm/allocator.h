@@ -55,8 +55,8 @@
 #include "vmm/driver.h"
 #include "vmm/fit_monitor.h"
 #include "vmm/flat_map.h"
-#include "vmm/lending_policy.h"
 #include "vmm/futex_mutex.h"
+#include "vmm/lending_policy.h"
 #include "vmm/matcher.h"
 #include "vmm/page_pool.h"
 #include "vmm/plan_schedule.h"
@@ -178,22 +178,11 @@ class Allocator {
   // granules), sorted: (address, size).
   std::vector<std::pair<DevicePtr, uint64_t>> MappedRanges() const;
 
-  // What every page held is doing now (diagnostics: where memory goes).
-  struct PageCensus {
-    uint64_t static_live = 0;   // backing live static allocations
-    uint64_t static_idle = 0;   // a backed static granule, nothing live on it
-    uint64_t arena_live = 0;    // under live arena allocations
-    uint64_t arena_idle = 0;    // mapped in the arena only, nothing live
-    uint64_t spare = 0;         // mapped nowhere
-  };
-  PageCensus Census() const;
-
   // Where the bytes of a live allocation are, physically (tests, replay).
   std::vector<PhysicalExtent> PhysicalExtents(DevicePtr ptr) const;
   // Aborts if any invariant is broken, including two live allocations
   // sharing a physical byte.
   void CheckInvariants() const;
-
 
  private:
   enum class Where : uint8_t { kStatic, kArena };
@@ -234,7 +223,7 @@ class Allocator {
   struct PendingFree {
     DevicePtr ptr;
     Allocation allocation;
-    FreeTag tag;  // of the free, on the allocation's own stream
+    FreeTag tag;                // of the free, on the allocation's own stream
     std::vector<Event> events;  // recorded at the free on the other streams
   };
 
@@ -245,12 +234,17 @@ class Allocator {
     RuntimePlan plan;
     Matcher matcher;  // refers to `plan`: a Variant never moves
     PlanSchedule schedule;
-    uint32_t probe_hits = 0;    // exact matches among this iteration's first
-    uint64_t last_used = 0;     // iteration it last served
+    uint32_t probe_hits = 0;  // exact matches among this iteration's first
+    uint64_t last_used = 0;   // iteration it last served
   };
   // How many of an iteration's first requests every variant is matched
   // against, to pick the one that serves it.
   static constexpr uint32_t kProbeRequests = 16;
+  // Requests above this are refused outright: no GPU has 2^50 bytes.
+  static constexpr uint64_t kMaxRequest = uint64_t{1} << 50;
+  static constexpr uint64_t RoundUp(uint64_t value, uint64_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
+  }
 
   Allocator(Driver& driver, AllocatorOptions options, uint64_t granularity,
             uint64_t cap_bytes, uint64_t device_bytes);
@@ -271,8 +265,8 @@ class Allocator {
   // The plan does not fit this iteration: served from the arena until the
   // next iteration begins.
   void Suspend();
-  // The active plan, its matcher and schedule (null without a plan in
-  // force: none installed, or suspended for this iteration).
+  // The serving variant's schedule (null without a plan in force: none
+  // installed, or suspended for this iteration).
   const PlanSchedule* schedule() const {
     return serving_ != nullptr ? &serving_->schedule : nullptr;
   }
@@ -394,13 +388,13 @@ class Allocator {
   size_t open_pools_ = 0;
   // Sets window_ for the innermost open dynamic module and the phase.
   void FindWindow();
-  std::string phase_;                                   // the current phase
+  std::string phase_;            // the current phase
   uint32_t window_ordinal_ = 0;  // requests in the current window occurrence
   FlatMap<DynamicBirth> dynamic_births_;  // by address
   // Per window, the lifetime (iteration time) of its k-th request.
   std::unordered_map<const DynamicWindow*, std::vector<int64_t>> lifetimes_;
-  std::vector<std::string> dynamic_modules_;            // open dynamic modules
-  const DynamicWindow* window_ = nullptr;               // of the innermost one
+  std::vector<std::string> dynamic_modules_;  // open dynamic modules
+  const DynamicWindow* window_ = nullptr;     // of the innermost one
   uint64_t next_request_id_ = 1;
   uint64_t iteration_hits_ = 0;
   uint64_t iteration_misses_ = 0;

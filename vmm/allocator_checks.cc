@@ -5,20 +5,23 @@
 #include "vmm/allocator.h"
 
 namespace loom::vmm {
-namespace {
-
-uint64_t RoundUp(uint64_t value, uint64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
-}  // namespace
-
 AllocatorStats Allocator::stats() const {
   std::lock_guard<FutexMutex> lock(mu_);
   AllocatorStats out = stats_;
   out.stream_events = tracker_.events_recorded();
   out.device_syncs = tracker_.device_syncs();
   out.driver_calls = driver_.all_calls();
+  // Derived from the state they describe (never stored twice).
+  out.plan_variants = variants_.size();
+  for (const std::unique_ptr<Variant>& v : variants_) {
+    out.static_region_bytes =
+        std::max(out.static_region_bytes, v->plan.region_bytes);
+  }
+  out.static_backed_bytes = region_ != nullptr ? region_->backed_bytes() : 0;
+  out.arena_mapped_bytes = arena_->mapped_granules() * granularity_;
+  out.arena_maps = arena_->maps();
+  out.suspended_iterations = fit_.suspended_iterations();
+  out.last_iteration_suspended = fit_.last_iteration_suspended();
   return out;
 }
 
@@ -63,27 +66,6 @@ std::vector<std::pair<DevicePtr, uint64_t>> Allocator::MappedRanges() const {
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-Allocator::PageCensus Allocator::Census() const {
-  std::lock_guard<FutexMutex> lock(mu_);
-  PageCensus c;
-  for (PageId id = 0; id < pool_.slots(); ++id) {
-    const Page& p = pool_.page(id);
-    if (!p.live) continue;
-    if (p.static_users > 0) {
-      ++c.static_live;
-    } else if (p.arena_users > 0) {
-      ++c.arena_live;
-    } else if (p.static_granule != kNoGranule) {
-      ++c.static_idle;
-    } else if (p.arena_granule != kNoGranule) {
-      ++c.arena_idle;
-    } else {
-      ++c.spare;
-    }
-  }
-  return c;
 }
 
 std::vector<PhysicalExtent> Allocator::PhysicalExtents(DevicePtr ptr) const {

@@ -14,8 +14,6 @@ void Allocator::IterationBegin(uint64_t number) {
   }
   ++stats_.iterations;
   fit_.IterationBegin();
-  stats_.suspended_iterations = fit_.suspended_iterations();
-  stats_.last_iteration_suspended = fit_.last_iteration_suspended();
   probed_ = variants_.size() > 1 ? 0 : kProbeRequests;
   serving_ = active_;
   for (const std::unique_ptr<Variant>& v : variants_) {
@@ -94,7 +92,8 @@ void Allocator::LearnDynamicLifetime(const DynamicBirth& birth) {
   if (active_ == nullptr || active_->plan.period <= 0) return;
   // Only within the variant the request was born in (times are its own).
   bool same = false;
-  for (const DynamicWindow& w : active_->plan.windows) same |= &w == birth.window;
+  for (const DynamicWindow& w : active_->plan.windows)
+    same |= &w == birth.window;
   if (!same) return;
   const int64_t period = active_->plan.period;
   const int64_t lifetime =
@@ -109,7 +108,8 @@ void Allocator::LearnDynamicLifetime(const DynamicBirth& birth) {
 void Allocator::Record(const plan::Event& event) {
   if (!recording_) return;
   // A request made before recording began: its free is not recorded.
-  if (event.kind == plan::EventKind::kFree && event.id < record_from_id_) return;
+  if (event.kind == plan::EventKind::kFree && event.id < record_from_id_)
+    return;
   if (trace_.events.size() >= record_capacity_) {
     stats_.trace_truncated = true;
     return;

@@ -5,17 +5,6 @@
 #include "vmm/allocator.h"
 
 namespace loom::vmm {
-namespace {
-
-uint64_t RoundUp(uint64_t value, uint64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
-// Requests above this are refused outright: no GPU has 2^50 bytes.
-constexpr uint64_t kMaxRequest = uint64_t{1} << 50;
-
-}  // namespace
-
 bool Allocator::has_plan() const {
   std::lock_guard<FutexMutex> lock(mu_);
   return !variants_.empty();
@@ -83,33 +72,27 @@ Status Allocator::LoadPlan(RuntimePlan plan) {
   if (!variants_.empty())
     return FailedPreconditionError("a plan is already installed");
   LOOM_RETURN_IF_ERROR(CheckPlan(plan, kMaxRequest));
-  // The region is backed lazily (static_region.h): installing it reserves
-  // address space only, enough for later variants too (the device's
-  // memory; address space costs nothing).
-  if (region_ == nullptr) {
-    StatusOr<std::unique_ptr<StaticRegion>> region = StaticRegion::Create(
-        driver_, pool_, options_.device,
-        std::max(plan.region_bytes, device_bytes_));
-    if (!region.ok()) {
-      return region.status().WithContext("building the static region");
-    }
-    region_ = std::move(region).value();
-  } else if (plan.region_bytes > region_->bytes()) {
-    return FailedPreconditionError(
-        "plan region of {} bytes exceeds the static region's {} bytes",
-        plan.region_bytes, region_->bytes());
-  }
   // Installed mid-run (after record mode): the arena's idle granules give
   // their pages back, so the region is backed with them, not new ones.
   LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
+  // The region is backed lazily (static_region.h): installing it reserves
+  // address space only, enough for later variants too (the device's
+  // memory; address space costs nothing). It exists exactly while a plan
+  // is installed.
+  LOOM_CHECK(region_ == nullptr);
+  StatusOr<std::unique_ptr<StaticRegion>> region =
+      StaticRegion::Create(driver_, pool_, options_.device,
+                           std::max(plan.region_bytes, device_bytes_));
+  if (!region.ok()) {
+    return region.status().WithContext("building the static region");
+  }
+  region_ = std::move(region).value();
   variants_.push_back(std::make_unique<Variant>(std::move(plan), granularity_));
   active_ = serving_ = variants_.back().get();
   active_->last_used = stats_.iterations;
   probed_ = kProbeRequests;
   // Installed mid-run (after record mode): start at the steady state.
   if (next_request_id_ > 1) active_->matcher.JumpToIteration();
-  stats_.static_region_bytes = active_->plan.region_bytes;
-  stats_.plan_variants = variants_.size();
   UpdateReserved();
   return OkStatus();
 }
@@ -135,16 +118,14 @@ Status Allocator::AddPlanVariant(RuntimePlan plan) {
                      return a.size == b.size;
                    })) {
       return AlreadyExistsError(
-          "a plan variant with the same {} requests is installed",
-          mine.size());
+          "a plan variant with the same {} requests is installed", mine.size());
     }
   }
   if (variants_.size() >= kMaxVariants) {
     // The variant unused the longest goes (its windows' learned lifetimes
     // with it).
     auto oldest = std::min_element(
-        variants_.begin(), variants_.end(),
-        [&](const auto& a, const auto& b) {
+        variants_.begin(), variants_.end(), [&](const auto& a, const auto& b) {
           return (a.get() == active_ ? UINT64_MAX : a->last_used) <
                  (b.get() == active_ ? UINT64_MAX : b->last_used);
         });
@@ -158,9 +139,6 @@ Status Allocator::AddPlanVariant(RuntimePlan plan) {
   if (!fit_.suspended()) serving_ = active_;
   active_->last_used = stats_.iterations;
   active_->matcher.JumpToIteration();
-  stats_.static_region_bytes =
-      std::max(stats_.static_region_bytes, active_->plan.region_bytes);
-  stats_.plan_variants = variants_.size();
   FindWindow();
   return OkStatus();
 }
@@ -208,9 +186,7 @@ Status Allocator::FreeIdleArenaPages() {
   if (arena_->mapped_granules() == 0) return OkStatus();
   // Work queued before the frees that made them idle may still touch them.
   LOOM_RETURN_IF_ERROR(DrainPages(arena_->IdlePages()));
-  LOOM_RETURN_IF_ERROR(arena_->UnmapIdle().status());
-  stats_.arena_mapped_bytes = arena_->mapped_granules() * granularity_;
-  return OkStatus();
+  return arena_->UnmapIdle().status();
 }
 
 Status Allocator::UnloadPlans() {
@@ -233,9 +209,6 @@ Status Allocator::UnloadPlans() {
   probed_ = kProbeRequests;
   variants_.clear();
   region_.reset();
-  stats_.static_region_bytes = 0;
-  stats_.static_backed_bytes = 0;
-  stats_.plan_variants = 0;
   ++stats_.plans_unloaded;
   return OkStatus();
 }
@@ -272,8 +245,6 @@ Matcher::Match Allocator::ProbeVariants(uint64_t size) {
     serving_ = active_;
     active_->last_used = stats_.iterations;
     ++stats_.variant_switches;
-    stats_.static_region_bytes =
-        std::max(stats_.static_region_bytes, active_->plan.region_bytes);
     FindWindow();
     return matches[best];
   }

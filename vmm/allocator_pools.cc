@@ -4,14 +4,6 @@
 #include "vmm/allocator.h"
 
 namespace loom::vmm {
-namespace {
-
-uint64_t RoundUp(uint64_t value, uint64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
-}  // namespace
-
 Allocator::GraphPool* Allocator::PoolFor(Stream stream) const {
   for (const std::unique_ptr<GraphPool>& pool : pools_) {
     if (pool->open && pool->filter(stream)) return pool.get();
@@ -81,8 +73,9 @@ void Allocator::ForgetPoolIfDone(GraphPool* pool) {
 Status Allocator::BeginAllocateToPool(PoolId id,
                                       std::function<bool(Stream)> filter) {
   std::lock_guard<FutexMutex> lock(mu_);
-  if (!filter) return InvalidArgumentError("pool ({}, {}): no stream filter",
-                                           id.first, id.second);
+  if (!filter)
+    return InvalidArgumentError("pool ({}, {}): no stream filter", id.first,
+                                id.second);
   GraphPool* pool = nullptr;
   for (const std::unique_ptr<GraphPool>& p : pools_) {
     if (p->id == id && !p->released) pool = p.get();

@@ -35,33 +35,38 @@ Status DrainFences(PagePool& pool, StreamTracker& tracker,
   return OkStatus();
 }
 
-bool StaticBacking::Free(PageId id) {
-  return FencesAllow(pool_.page(id), 0,
-                     static_cast<uint32_t>(pool_.granularity()), stream_,
-                     tracker_);
+namespace {
+
+// A spare run of up to `wanted` pages free of other streams' unfinished
+// work for `stream` (count 0: none).
+PageRun FreeSpareRun(PagePool& pool, StreamTracker& tracker, uint32_t wanted,
+                     Stream stream) {
+  const uint32_t g = static_cast<uint32_t>(pool.granularity());
+  return pool.SpareRun(wanted, [&](Page& page) {
+    return FencesAllow(page, 0, g, stream, tracker);
+  });
 }
 
+// A page cached idle in an arena granule (not a static page), unmapped there
+// once no queued work may touch it.
+StatusOr<PageId> ReclaimFromArena(PagePool& pool, StreamTracker& tracker,
+                                  Arena& arena) {
+  return arena.ReclaimIdle(
+      [&](PageId id) { return pool.page(id).static_granule == kNoGranule; },
+      [&](PageId id) { return DrainFences(pool, tracker, {id}); });
+}
+
+}  // namespace
+
 StatusOr<PageRun> StaticBacking::Take(uint32_t wanted, uint32_t max) {
-  // 1. Spare pages, the longest run of them up to `wanted`.
-  PageRun best;
-  for (PageId id = 0; id < pool_.slots() && best.count < wanted; ++id) {
-    if (!pool_.page(id).spare() || !Free(id)) continue;
-    uint32_t n = 1;
-    while (n < wanted && pool_.SpareRunFrom(id + n, 1) == 1 &&
-           pool_.SameChunkRun(id, n + 1) && Free(id + n)) {
-      ++n;
-    }
-    if (n > best.count) best = PageRun{id, n};
-    id += n - 1;
-  }
-  if (best.count > 0) return best;
+  // 1. Spare pages, the first run of `wanted`, else the longest.
+  const PageRun spare = FreeSpareRun(pool_, tracker_, wanted, stream_);
+  if (spare.count > 0) return spare;
   // 2. A page cached idle in an arena granule, unmapped there (after
   // waiting for its work): memory the arena holds but does not use now,
   // taken before new memory is. (Warm-up only: a region's granules are
   // backed once.)
-  StatusOr<PageId> reclaimed = arena_.ReclaimIdle(
-      [&](PageId id) { return pool_.page(id).static_granule == kNoGranule; },
-      [&](PageId id) { return DrainFences(pool_, tracker_, {id}); });
+  StatusOr<PageId> reclaimed = ReclaimFromArena(pool_, tracker_, arena_);
   if (reclaimed.ok()) return PageRun{*reclaimed, 1};
   // 3. A new chunk.
   const uint32_t chunk = std::min(max, std::max(wanted, kChunkPages));
@@ -112,7 +117,9 @@ bool LendingPolicy::Usable(PageId id, uint32_t lo, uint32_t hi, Stream stream,
 StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, Stream stream,
                                          int64_t) {
   const uint32_t g = static_cast<uint32_t>(pool_.granularity());
-  auto free_for = [&](Page& p) { return FencesAllow(p, 0, g, stream, tracker_); };
+  auto free_for = [&](Page& p) {
+    return FencesAllow(p, 0, g, stream, tracker_);
+  };
   // 0. The pages the plan reserved for the request being served.
   while (!context_.preferred.empty()) {
     PageId id = context_.preferred.back();
@@ -124,17 +131,7 @@ StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, Stream stream,
   }
   // 1. Spare pages (in the pool, mapped nowhere): the first run as long as
   // wanted, else the longest.
-  PageRun spare;
-  for (PageId id = 0; id < pool_.slots() && spare.count < wanted; ++id) {
-    if (!pool_.page(id).spare() || !free_for(pool_.page(id))) continue;
-    uint32_t n = 1;
-    while (n < wanted && pool_.SameChunkRun(id, n + 1) &&
-           pool_.page(id + n).spare() && free_for(pool_.page(id + n))) {
-      ++n;
-    }
-    if (n > spare.count) spare = PageRun{id, n};
-    id += n - 1;
-  }
+  const PageRun spare = FreeSpareRun(pool_, tracker_, wanted, stream);
   if (spare.count > 0) return spare;
   // 2. An idle static page whose next planned use is far enough away.
   PageId best = kNoPage;
@@ -165,9 +162,7 @@ StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, Stream stream,
   // which a repeating workload stops needing once warm). The pages move to
   // another address: every fence on them, the stream's own included, must
   // be complete first (waited for if need be).
-  StatusOr<PageId> reclaimed = arena_.ReclaimIdle(
-      [&](PageId id) { return pool_.page(id).static_granule == kNoGranule; },
-      [&](PageId id) { return DrainFences(pool_, tracker_, {id}); });
+  StatusOr<PageId> reclaimed = ReclaimFromArena(pool_, tracker_, arena_);
   if (reclaimed.ok()) return PageRun{*reclaimed, 1};
   // 5. Any idle static page: its planned owner may have to go elsewhere.
   if (best != kNoPage) return PageRun{best, 1};

@@ -93,8 +93,6 @@ class StaticBacking final : public PageSource {
   StatusOr<PageRun> Take(uint32_t wanted, uint32_t max) override;
 
  private:
-  bool Free(PageId id);  // no other stream's unfinished work on it
-
   PagePool& pool_;
   StreamTracker& tracker_;
   Arena& arena_;

@@ -28,7 +28,7 @@ PagePool::PagePool(Driver& driver, int device, uint64_t granularity,
 
 PagePool::~PagePool() {
   for (PageId id = 0; id < pages_.size(); ++id) {
-    if (!pages_[id].live || chunk_first_[id] != id) continue;
+    if (!pages_[id].live || pages_[id].index != 0) continue;
     const uint32_t count = chunk_count_[id];
     for (PageId p = id; p < id + count; ++p) {
       LOOM_CHECK(pages_[p].static_granule == kNoGranule &&
@@ -55,7 +55,6 @@ PageId PagePool::TakeIds(uint32_t count) {
   LOOM_CHECK(pages_.size() + count < kNoPage - 1, "page id space exhausted");
   const PageId first = static_cast<PageId>(pages_.size());
   pages_.resize(pages_.size() + count);
-  chunk_first_.resize(pages_.size(), kNoPage);
   chunk_count_.resize(pages_.size(), 0);
   return first;
 }
@@ -90,7 +89,8 @@ StatusOr<PageRun> PagePool::GrowRun(uint32_t pages) {
     pages = static_cast<uint32_t>(std::min<uint64_t>(pages, room));
   }
   // A device short of room for many pages may still have room for fewer.
-  StatusOr<PhysicalHandle> handle = driver_.Create(device_, pages * granularity_);
+  StatusOr<PhysicalHandle> handle =
+      driver_.Create(device_, pages * granularity_);
   while (!handle.ok() && handle.status().code() == StatusCode::kOutOfMemory &&
          pages > 1) {
     pages /= 2;
@@ -104,11 +104,9 @@ StatusOr<PageRun> PagePool::GrowRun(uint32_t pages) {
     page.handle = *handle;
     page.index = i;
     page.live = true;
-    chunk_first_[first + i] = first;
   }
   chunk_count_[first] = pages;
   live_pages_ += pages;
-  ++live_chunks_;
   ++creates_;
   peak_pages_ = std::max(peak_pages_, live_pages_);
   return PageRun{first, pages};
@@ -120,20 +118,16 @@ StatusOr<PageId> PagePool::Grow() {
 }
 
 PagePool::Chunk PagePool::ChunkOf(PageId id) const {
-  const PageId first = chunk_first_[id];
+  const PageId first = id - pages_[id].index;
   return Chunk{first, chunk_count_[first]};
 }
 
 Status PagePool::ReleaseChunk(PageId first, uint32_t count) {
   LOOM_RETURN_IF_ERROR(driver_.Release(pages_[first].handle));
-  for (PageId p = first; p < first + count; ++p) {
-    pages_[p] = Page{};
-    chunk_first_[p] = kNoPage;
-  }
+  for (PageId p = first; p < first + count; ++p) pages_[p] = Page{};
   chunk_count_[first] = 0;
   GiveBackIds(first, count);
   live_pages_ -= count;
-  --live_chunks_;
   ++releases_;
   return OkStatus();
 }
@@ -153,7 +147,7 @@ Status PagePool::ReleasePage(PageId id) {
 Status PagePool::ReleaseSpareChunks() {
   Status result;
   for (PageId id = 0; id < pages_.size(); ++id) {
-    if (!pages_[id].live || chunk_first_[id] != id) continue;
+    if (!pages_[id].live || pages_[id].index != 0) continue;
     const uint32_t count = chunk_count_[id];
     bool spare = true;
     for (PageId p = id; p < id + count && spare; ++p) {
@@ -171,17 +165,6 @@ bool PagePool::SameChunkRun(PageId first, uint32_t count) const {
   if (count == 0 || first >= pages_.size() || !pages_[first].live) return false;
   const Chunk chunk = ChunkOf(first);
   return first + count <= chunk.first + chunk.count;
-}
-
-uint32_t PagePool::SpareRunFrom(PageId first, uint32_t max) const {
-  if (first >= pages_.size() || !pages_[first].live) return 0;
-  const Chunk chunk = ChunkOf(first);
-  uint32_t n = 0;
-  while (n < max && first + n < chunk.first + chunk.count &&
-         pages_[first + n].spare()) {
-    ++n;
-  }
-  return n;
 }
 
 Status PagePool::MapRun(DevicePtr at, PageRun run) {

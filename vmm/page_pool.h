@@ -76,8 +76,8 @@ class PagePool {
 
   // REQUIRES: granularity is the device's minimum granularity. `peers`:
   // the other devices that get access wherever the pages are mapped.
-  PagePool(Driver& driver, int device, uint64_t granularity,
-           uint64_t cap_bytes, std::vector<int> peers = {});
+  PagePool(Driver& driver, int device, uint64_t granularity, uint64_t cap_bytes,
+           std::vector<int> peers = {});
   // Releases every chunk. REQUIRES: no page is mapped.
   ~PagePool();
   PagePool(const PagePool&) = delete;
@@ -103,9 +103,10 @@ class PagePool {
   Status MapRun(DevicePtr at, PageRun run);
   // True when pages [first, first + count) are consecutive in one chunk.
   bool SameChunkRun(PageId first, uint32_t count) const;
-  // How many pages, from `first` on, follow each other in its chunk and are
-  // spare (at most `max`).
-  uint32_t SpareRunFrom(PageId first, uint32_t max) const;
+  // Spare pages consecutive in one chunk that `usable(page)` accepts: the
+  // first run of `wanted` pages, else the longest (count 0: none).
+  template <typename Usable>
+  PageRun SpareRun(uint32_t wanted, Usable&& usable);
 
   Page& page(PageId id) { return pages_[id]; }
   const Page& page(PageId id) const { return pages_[id]; }
@@ -122,10 +123,10 @@ class PagePool {
   // Chunks created and released over the pool's life (driver calls).
   uint64_t creates() const { return creates_; }
   uint64_t releases() const { return releases_; }
-  size_t live_chunks() const { return live_chunks_; }
 
  private:
-  // The chunk a live page belongs to: its first page id and page count.
+  // The chunk a live page belongs to: its first page id (the page's id less
+  // its index in the chunk) and page count.
   struct Chunk {
     PageId first = kNoPage;
     uint32_t count = 0;
@@ -142,17 +143,30 @@ class PagePool {
   const uint64_t cap_bytes_;  // 0 = no cap
   const std::vector<int> peers_;
   std::vector<Page> pages_;
-  // The chunk of each live page: its first id (chunk_first_[id]) and, at
-  // that first id, its page count (chunk_count_[first]).
-  std::vector<PageId> chunk_first_;
+  // At the first page id of each live chunk, its page count.
   std::vector<uint32_t> chunk_count_;
   std::map<PageId, uint32_t> free_ids_;  // released id ranges: first -> count
   size_t live_pages_ = 0;
   size_t peak_pages_ = 0;
-  size_t live_chunks_ = 0;
   uint64_t creates_ = 0;
   uint64_t releases_ = 0;
 };
+
+template <typename Usable>
+PageRun PagePool::SpareRun(uint32_t wanted, Usable&& usable) {
+  PageRun best;
+  for (PageId id = 0; id < pages_.size() && best.count < wanted; ++id) {
+    if (!pages_[id].spare() || !usable(pages_[id])) continue;
+    uint32_t n = 1;
+    while (n < wanted && SameChunkRun(id, n + 1) && pages_[id + n].spare() &&
+           usable(pages_[id + n])) {
+      ++n;
+    }
+    if (n > best.count) best = PageRun{id, n};
+    id += n - 1;
+  }
+  return best;
+}
 
 }  // namespace loom::vmm
 

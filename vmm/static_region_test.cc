@@ -11,23 +11,14 @@
 
 #include "vmm/fake_driver.h"
 #include "vmm/host_driver.h"
-#include "vmm/runtime_plan.h"
 
 namespace loom::vmm {
 namespace {
 
 constexpr uint64_t kG = 64 << 10;
 
-// A 4-granule plan, period 100: A [0, kG + 512) during [10, 30), B
-// [2 kG, 3 kG) during [60, 120) (wraps), P [3 kG, 4 kG) persistent.
-RuntimePlan Plan() {
-  RuntimePlan plan;
-  plan.region_bytes = 4 * kG;
-  plan.period = 100;
-  plan.iteration = {{kG + 512, 0, 10, 30}, {kG, 2 * kG, 60, 120}};
-  plan.prologue = {{kG, 3 * kG, 0, 100}};
-  return plan;
-}
+// The region's size in the tests: 4 granules.
+constexpr uint64_t kRegion = 4 * kG;
 
 // Hands out the pages it was given, in order: as long a run of them as is
 // consecutive in one chunk, up to what Back asks for (`max`, or `wanted`
@@ -83,27 +74,27 @@ class StaticRegionTest : public ::testing::Test {
   }
   static bool AnyPage(Page&, uint32_t, uint32_t) { return true; }
   // Creates the region and backs granule k with pages[k].
-  void CreateBacked(const RuntimePlan& plan, const std::vector<PageId>& pages) {
-    region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan.region_bytes)).value();
+  void CreateBacked(const std::vector<PageId>& pages) {
+    region_ =
+        std::move(StaticRegion::Create(driver_, pool_, 0, kRegion)).value();
     FixedSource source(pool_, pages, /*prefer_wanted=*/true);
-    const uint64_t all = plan.region_bytes;
+    const uint64_t all = kRegion;
     ASSERT_EQ(region_->TryOccupy(0, all, AnyPage),
               StaticRegion::Occupied::kNeedsBacking);
     ASSERT_TRUE(region_->Back(0, all, source).ok());
     region_->Release(0, all, FreeTag{});
     ASSERT_EQ(region_->backed_bytes(), all);
   }
-  void CreateBacked(int n) { CreateBacked(plan_, Pages(n)); }
+  void CreateBacked(int n) { CreateBacked(Pages(n)); }
 
   FakeDriver driver_;
   PagePool pool_;
-  RuntimePlan plan_ = Plan();
   std::unique_ptr<StaticRegion> region_;
 };
 
 TEST_F(StaticRegionTest, CreationReservesAndBacksNothing) {
   StatusOr<std::unique_ptr<StaticRegion>> r =
-      StaticRegion::Create(driver_, pool_, 0, plan_.region_bytes);
+      StaticRegion::Create(driver_, pool_, 0, kRegion);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   region_ = std::move(r).value();
   EXPECT_EQ(region_->bytes(), 4 * kG);
@@ -118,13 +109,13 @@ TEST_F(StaticRegionTest, CreationReservesAndBacksNothing) {
 }
 
 TEST_F(StaticRegionTest, BackingMapsARunInOneCallAndPrebacksWhatFollows) {
-  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan_.region_bytes)).value();
+  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, kRegion)).value();
   // One chunk of four pages: backing granule 1 for [kG + 100, +512) takes a
   // run of them, mapped with one call, over granules 1..3 (the unbacked
   // ones after it).
   PageRun chunk = *pool_.GrowRun(4);
-  FixedSource source(pool_, {chunk.first, chunk.first + 1, chunk.first + 2,
-                             chunk.first + 3});
+  FixedSource source(
+      pool_, {chunk.first, chunk.first + 1, chunk.first + 2, chunk.first + 3});
   std::vector<std::pair<uint32_t, uint32_t>> asked;
   EXPECT_EQ(region_->TryOccupy(kG + 100, 512,
                                [&](Page&, uint32_t lo, uint32_t hi) {
@@ -134,8 +125,7 @@ TEST_F(StaticRegionTest, BackingMapsARunInOneCallAndPrebacksWhatFollows) {
             StaticRegion::Occupied::kNeedsBacking);
   EXPECT_TRUE(asked.empty()) << "an unbacked granule has no page to check";
   ASSERT_TRUE(region_->Back(kG + 100, 512, source, /*limit=*/4).ok());
-  EXPECT_EQ(source.asked,
-            (std::vector<std::pair<uint32_t, uint32_t>>{{1, 3}}));
+  EXPECT_EQ(source.asked, (std::vector<std::pair<uint32_t, uint32_t>>{{1, 3}}));
   EXPECT_EQ(driver_.calls(DriverOp::kMap), 1u);
   EXPECT_EQ(driver_.calls(DriverOp::kSetAccess), 1u);
   EXPECT_EQ(region_->page(0), kNoPage);
@@ -187,7 +177,7 @@ TEST_F(StaticRegionTest, PagesOfSeveralChunksAreMappedRunByRun) {
 }
 
 TEST_F(StaticRegionTest, AFailedBackingMapsNothing) {
-  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan_.region_bytes)).value();
+  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, kRegion)).value();
   std::vector<PageId> pages = Pages(4);
   auto attempt = [&](FixedSource& source) {
     EXPECT_EQ(region_->TryOccupy(0, 4 * kG, AnyPage),
@@ -235,10 +225,8 @@ TEST_F(StaticRegionTest, TryOccupyIsTheSafetyCheck) {
   EXPECT_EQ(pool_.page(region_->page(1)).static_users, 1u);
   EXPECT_EQ(region_->occupied_bytes(), kG + 512);
   // Anything overlapping a live byte is refused, and records nothing.
-  EXPECT_EQ(region_->TryOccupy(kG, 1024, AnyPage),
-            StaticRegion::Occupied::kNo);
-  EXPECT_EQ(region_->TryOccupy(100, 10, AnyPage),
-            StaticRegion::Occupied::kNo);
+  EXPECT_EQ(region_->TryOccupy(kG, 1024, AnyPage), StaticRegion::Occupied::kNo);
+  EXPECT_EQ(region_->TryOccupy(100, 10, AnyPage), StaticRegion::Occupied::kNo);
   EXPECT_FALSE(region_->RangeFree(kG + 511, 1));
   EXPECT_TRUE(region_->RangeFree(kG + 512, 512));
   // The bytes right after are free, in the same granule.
@@ -247,25 +235,24 @@ TEST_F(StaticRegionTest, TryOccupyIsTheSafetyCheck) {
   EXPECT_EQ(pool_.page(region_->page(1)).static_users, 2u);
   // A page the caller refuses (lent to the arena, another stream's work):
   // nothing is recorded.
-  EXPECT_EQ(region_->TryOccupy(
-      2 * kG, kG, [](Page&, uint32_t, uint32_t) { return false; }),
+  EXPECT_EQ(region_->TryOccupy(2 * kG, kG,
+                               [](Page&, uint32_t, uint32_t) { return false; }),
             StaticRegion::Occupied::kNo);
   EXPECT_EQ(pool_.page(region_->page(2)).static_users, 0u);
   // The bytes the check is asked about, per page.
   std::vector<std::pair<uint32_t, uint32_t>> asked;
   ASSERT_EQ(region_->TryOccupy(2 * kG + 4096, kG + 100,
-                                 [&](Page&, uint32_t lo, uint32_t hi) {
-                                   asked.emplace_back(lo, hi);
-                                   return true;
-                                 }),
+                               [&](Page&, uint32_t lo, uint32_t hi) {
+                                 asked.emplace_back(lo, hi);
+                                 return true;
+                               }),
             StaticRegion::Occupied::kYes);
   EXPECT_EQ(asked, (std::vector<std::pair<uint32_t, uint32_t>>{
                        {4096, kG}, {0, 4096 + 100}}));
   // Out of the region, or empty: refused.
   EXPECT_EQ(region_->TryOccupy(4 * kG - 10, 20, AnyPage),
             StaticRegion::Occupied::kNo);
-  EXPECT_EQ(region_->TryOccupy(0, 0, AnyPage),
-            StaticRegion::Occupied::kNo);
+  EXPECT_EQ(region_->TryOccupy(0, 0, AnyPage), StaticRegion::Occupied::kNo);
   region_->CheckInvariants();
   // Releasing fences the bytes with the free's tag (not for epoch 0: one
   // stream, nothing to wait for).
@@ -283,19 +270,16 @@ TEST_F(StaticRegionTest, TryOccupyIsTheSafetyCheck) {
 TEST_F(StaticRegionTest, AFailedReserveLeavesNothing) {
   driver_.InjectFailure(DriverOp::kReserve, 1, OutOfMemoryError("injected"));
   StatusOr<std::unique_ptr<StaticRegion>> r =
-      StaticRegion::Create(driver_, pool_, 0, plan_.region_bytes);
+      StaticRegion::Create(driver_, pool_, 0, kRegion);
   EXPECT_EQ(r.status().code(), StatusCode::kOutOfMemory);
   EXPECT_EQ(driver_.contract_counts().reservations, 0u);
 }
 
 TEST_F(StaticRegionTest, ARegionWithoutGranulesIsRefused) {
-  RuntimePlan empty;
   StatusOr<std::unique_ptr<StaticRegion>> r =
-      StaticRegion::Create(driver_, pool_, 0, empty.region_bytes);
+      StaticRegion::Create(driver_, pool_, 0, 0);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  RuntimePlan odd = plan_;
-  odd.region_bytes = 4 * kG + 512;
-  r = StaticRegion::Create(driver_, pool_, 0, odd.region_bytes);
+  r = StaticRegion::Create(driver_, pool_, 0, 4 * kG + 512);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(driver_.calls(DriverOp::kReserve), 0u);
 }
@@ -328,13 +312,14 @@ TEST_F(StaticRegionTest, ABlockedLaterGranuleRecordsNothingInEarlierOnes) {
   region_->CheckInvariants();
   // The same when the caller refuses the last page only.
   const Page* last = &pool_.page(region_->page(3));
-  EXPECT_EQ(region_->TryOccupy(0, 2 * kG + 1, [&](Page& page, uint32_t, uint32_t) {
-        return &page != &pool_.page(region_->page(2));
-      }),
+  EXPECT_EQ(region_->TryOccupy(0, 2 * kG + 1,
+                               [&](Page& page, uint32_t, uint32_t) {
+                                 return &page != &pool_.page(region_->page(2));
+                               }),
             StaticRegion::Occupied::kNo);
   EXPECT_EQ(region_->TryOccupy(
-      3 * kG - 10, 20,
-      [&](Page& page, uint32_t, uint32_t) { return &page != last; }),
+                3 * kG - 10, 20,
+                [&](Page& page, uint32_t, uint32_t) { return &page != last; }),
             StaticRegion::Occupied::kNo);
   EXPECT_EQ(pool_.page(region_->page(0)).static_users, 0u);
   EXPECT_EQ(pool_.page(region_->page(2)).static_users, 1u);
@@ -379,10 +364,9 @@ TEST_F(StaticRegionTest, RandomHandOutsNeverShareAByte) {
       const Page* refused_page =
           refused >= 0 ? &pool_.page(region_->page(refused)) : nullptr;
       const bool got =
-          region_->TryOccupy(offset, size,
-                             [&](Page& page, uint32_t, uint32_t) {
-                               return &page != refused_page;
-                             }) == StaticRegion::Occupied::kYes;
+          region_->TryOccupy(offset, size, [&](Page& page, uint32_t, uint32_t) {
+            return &page != refused_page;
+          }) == StaticRegion::Occupied::kYes;
       ASSERT_EQ(got, expected)
           << "step " << step << ": [" << offset << ", " << end << ")";
       if (got) {
@@ -418,10 +402,8 @@ TEST(StaticRegionHostTest, PlannedBytesLandOnTheirGranulesPage) {
   PagePool pool(*driver, 0, kG, 0);
   std::vector<PageId> ids = {*pool.Grow(), *pool.Grow(), *pool.Grow()};
   const std::vector<PageId> pages = {ids[2], ids[0], ids[1]};
-  RuntimePlan plan;
-  plan.region_bytes = 3 * kG;
   std::unique_ptr<StaticRegion> region =
-      std::move(StaticRegion::Create(*driver, pool, 0, plan.region_bytes)).value();
+      std::move(StaticRegion::Create(*driver, pool, 0, 3 * kG)).value();
   auto any = [](Page&, uint32_t, uint32_t) { return true; };
   {
     FixedSource source(pool, pages);
@@ -431,8 +413,7 @@ TEST(StaticRegionHostTest, PlannedBytesLandOnTheirGranulesPage) {
     region->Release(0, 3 * kG, FreeTag{});
   }
   // A: [100, kG + 100), B: [kG + 100, 2 kG + 50).
-  ASSERT_EQ(region->TryOccupy(100, kG, any),
-            StaticRegion::Occupied::kYes);
+  ASSERT_EQ(region->TryOccupy(100, kG, any), StaticRegion::Occupied::kYes);
   ASSERT_EQ(region->TryOccupy(kG + 100, kG - 50, any),
             StaticRegion::Occupied::kYes);
   const DevicePtr base = region->base();
@@ -464,11 +445,10 @@ using StaticRegionDeathTest = StaticRegionTest;
 
 TEST_F(StaticRegionDeathTest, APageBacksOneStaticGranuleOnly) {
   std::vector<PageId> pages = Pages(4);
-  CreateBacked(plan_, pages);
+  CreateBacked(pages);
   // A source that gives a page already backing a granule is a bug.
-  RuntimePlan other = plan_;
   std::unique_ptr<StaticRegion> second =
-      std::move(StaticRegion::Create(driver_, pool_, 0, other.region_bytes)).value();
+      std::move(StaticRegion::Create(driver_, pool_, 0, kRegion)).value();
   FixedSource source(pool_, {pages[0]});
   ASSERT_EQ(second->TryOccupy(0, 100, AnyPage),
             StaticRegion::Occupied::kNeedsBacking);
@@ -478,7 +458,7 @@ TEST_F(StaticRegionDeathTest, APageBacksOneStaticGranuleOnly) {
 }
 
 TEST_F(StaticRegionDeathTest, ASourceGivingTooManyPagesAborts) {
-  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, plan_.region_bytes)).value();
+  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, kRegion)).value();
   class Greedy : public PageSource {
    public:
     explicit Greedy(PageRun run) : run_(run) {}

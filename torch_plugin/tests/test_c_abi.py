@@ -86,6 +86,11 @@ def test_settings_are_checked(lib):
     assert b"unknown setting 'colour'" in lib.loom_last_error()
     assert lib.loom_configure(b"cap=lots") != 0
     assert lib.loom_configure(b"fraction=1.5") != 0
+    for bad in (b"fraction=half", b"fraction=", b"fraction=0.5x",
+                b"replan_time_limit=0", b"replan_time_limit=soon"):
+        assert lib.loom_configure(bad) != 0, bad
+        assert b"is not in" in lib.loom_last_error(), bad
+    assert lib.loom_configure(b"replan_time_limit=2.5") == 0
     assert lib.loom_configure(b"backend=host") == 0
     p = lib.loom_malloc(10, 0, None)
     # Too late to change the settings once memory is served.

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "whatif/sim/sim_allocator.h"
 #include "autoplan/replanner.h"
 #include "vmm/allocator.h"
 #include "vmm/driver.h"
+#include "whatif/sim/sim_allocator.h"
 
 namespace loom::whatif {
 
@@ -60,8 +60,6 @@ class LoomSimAllocator final : public SimAllocator {
   Status CheckInvariants() const override;
 
   uint64_t corrupted() const { return corrupted_; }
-  // Null without re-planning.
-  const autoplan::Replanner* replanner() const { return replanner_.get(); }
   vmm::AllocatorStats loom_stats() const { return allocator_->stats(); }
 
  private:

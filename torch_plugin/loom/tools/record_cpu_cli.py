@@ -38,12 +38,12 @@ class _Parser(argparse.ArgumentParser):
         raise cpu_models.ModelError(message)
 
 
-def _positive(text):
+def positive_int(text):
+    """An argparse type: an integer >= 1."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got "
-                                         f"{text!r}") from None
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got "
                                          f"{text!r}")
@@ -98,11 +98,11 @@ def add_step_arguments(p, model_required=True):
     p.add_argument("--set", action="append", default=[], metavar="K=V,...",
                    help="config values (JSON values; repeatable), e.g. "
                    "--set hidden_size=256,num_hidden_layers=8")
-    p.add_argument("--steps", type=_positive, default=4,
+    p.add_argument("--steps", type=positive_int, default=4,
                    help="training steps = iterations (default 4)")
-    p.add_argument("--batch", type=_positive, default=2,
+    p.add_argument("--batch", type=positive_int, default=2,
                    help="sequences per micro-batch (default 2)")
-    p.add_argument("--seq", type=_positive, default=128,
+    p.add_argument("--seq", type=positive_int, default=128,
                    help="tokens per sequence (default 128)")
     p.add_argument("--recompute", action="store_true",
                    help="activation recomputation (HF gradient "
@@ -110,11 +110,11 @@ def add_step_arguments(p, model_required=True):
     p.add_argument("--schedule", default="plain",
                    help="plain, 1f1b or interleaved:CHUNKS (Megatron's "
                    "orders, one pipeline rank; default plain)")
-    p.add_argument("--stages", type=_positive, default=None,
+    p.add_argument("--stages", type=positive_int, default=None,
                    help="pipeline stages (1f1b/interleaved; default 2)")
     p.add_argument("--rank", type=_natural, default=0,
                    help="the pipeline rank recorded (default 0)")
-    p.add_argument("--microbatches", type=_positive, default=None,
+    p.add_argument("--microbatches", type=positive_int, default=None,
                    help="micro-batches per step (default 1; pipelines: "
                    "2 x stages)")
     p.add_argument("--dtype", choices=cpu_models.DTYPES, default="fp32",
@@ -203,16 +203,24 @@ def main(argv):
         if args.device == "cuda":
             return _record_cuda(args, spec, argv)
         return _record_cpu(args, spec, argv)
-    except cpu_models.ModelError as error:
-        print(f"{PROG}: {error}", file=sys.stderr)
-        return 2
-    except (LoomError, loom_trace.TraceError) as error:
-        print(f"{PROG}: {error}", file=sys.stderr)
-        return 1
-    except OSError as error:
-        print(f"{PROG}: {error.filename or ''}: {error.strerror}",
+    except FAILURES as error:
+        return failure_status(PROG, error)
+
+
+# What a recording command reports as one line (failure_status), not a
+# traceback.
+FAILURES = (cpu_models.ModelError, LoomError, loom_trace.TraceError, OSError)
+
+
+def failure_status(prog, error):
+    """Prints one of FAILURES as one line for `prog`; returns the exit status:
+    2 for bad arguments (cpu_models.ModelError), 1 otherwise."""
+    if isinstance(error, OSError):
+        print(f"{prog}: {error.filename or ''}: {error.strerror}",
               file=sys.stderr)
         return 1
+    print(f"{prog}: {error}", file=sys.stderr)
+    return 2 if isinstance(error, cpu_models.ModelError) else 1
 
 
 def _run_steps(trainer, steps):

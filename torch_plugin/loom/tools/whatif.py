@@ -39,17 +39,6 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got "
-                                         f"{text!r}")
-    return value
-
-
 def _bytes(text):
     try:
         return parse_size(text, "--device-memory")
@@ -82,7 +71,7 @@ def parser():
                    help="the device's memory, e.g. 80GiB: the replay's "
                    "capacity (a row's oom); with --model also the largest "
                    "batch that fits")
-    p.add_argument("--max-batch", type=_positive, default=None,
+    p.add_argument("--max-batch", type=record_cpu_cli.positive_int, default=None,
                    help="--model: the largest batch tried (default 64)")
     p.add_argument("--loom-time-limit", type=float, default=None,
                    metavar="SECONDS",

@@ -21,7 +21,6 @@ import time
 
 from loom.errors import LoomError
 from loom.tools import compare_plot
-from loom.tools import cpu_models
 from loom.tools import predict
 from loom.tools import record_cpu_cli
 from loom.tools import trace as loom_trace
@@ -82,16 +81,8 @@ def run(args, argv):
                 time_limit=args.loom_time_limit, on_recording=_progress)
         if args.plot:
             _plot(trace, args)
-    except cpu_models.ModelError as error:
-        print(f"{PROG}: {error}", file=sys.stderr)
-        return 2
-    except (LoomError, loom_trace.TraceError) as error:
-        print(f"{PROG}: {error}", file=sys.stderr)
-        return 1
-    except OSError as error:
-        print(f"{PROG}: {error.filename or ''}: {error.strerror}",
-              file=sys.stderr)
-        return 1
+    except record_cpu_cli.FAILURES as error:
+        return record_cpu_cli.failure_status(PROG, error)
     result = _result(args, spec, record, rows, search)
     if args.json:
         print(json.dumps(result, indent=2))
