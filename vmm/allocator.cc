@@ -325,8 +325,9 @@ std::optional<DevicePtr> Allocator::TryStatic(const PlannedRequest& entry,
 
 bool Allocator::BackStatic(uint64_t offset, uint64_t size, Stream stream) {
   // First use of a granule: pages for it (warm-up, or a new plan).
-  StaticBacking source(pool_, tracker_, *arena_, stream,
-                       [this] { UpdateReserved(); });
+  StaticBacking source(pool_, tracker_, *arena_,
+                       active_ != nullptr ? &active_->schedule : nullptr,
+                       stream, [this] { UpdateReserved(); });
   // Pages to spare go to the next granules the plan uses.
   const uint32_t limit =
       active_ != nullptr
@@ -504,7 +505,7 @@ Status Allocator::EmptyCacheLocked() {
   LOOM_RETURN_IF_ERROR(DrainPages(pages));
   LOOM_ASSIGN_OR_RETURN(std::vector<PageId> unmapped, arena_->UnmapIdle());
   (void)unmapped;
-  // Whole chunks go back; a chunk with a page still mapped stays.
+  // Whole spare chunks go back; a chunk with a page still mapped stays.
   Status result = pool_.ReleaseSpareChunks();
   UpdateReserved();
   return result;

@@ -166,6 +166,74 @@ TEST(AllocatorPlansTest, AVariantStartsAbovePersistentStaticAllocations) {
   a->CheckInvariants();
 }
 
+// CUDA maps whole handles only: the static region's pages are chunks of one
+// page (each lent alone when idle), except where the plan keeps a
+// persistent buffer (never idle): one chunk for the stretch, one create
+// and one map. After the plan goes, that chunk serves the arena only whole.
+TEST(AllocatorPlansTest, PersistentGranulesAreOneChunkTheOthersOnePageEach) {
+  auto d = Host();
+  auto a = Make(*d);
+  RuntimePlan plan = StackPlan(kG, 4);  // granules 0-3, not persistent
+  // Two persistent buffers (weights) over granules 4-9.
+  plan.prologue.push_back({2 * kG, static_cast<int64_t>(4 * kG), 0, 8});
+  plan.prologue.push_back({4 * kG, static_cast<int64_t>(6 * kG), 0, 8});
+  plan.region_bytes = 10 * kG;
+  ASSERT_TRUE(a->LoadPlan(plan).ok());
+  const auto creates = [&] { return d->calls(DriverOp::kCreate); };
+  const auto maps = [&] { return d->calls(DriverOp::kMap); };
+  const uint64_t creates0 = creates(), maps0 = maps();
+  DevicePtr w1 = *a->Allocate(2 * kG, 0);  // backs granules 4-9: one chunk
+  EXPECT_EQ(creates() - creates0, 1u);
+  EXPECT_EQ(maps() - maps0, 1u);
+  DevicePtr w2 = *a->Allocate(4 * kG, 0);  // already backed
+  EXPECT_EQ(creates() - creates0, 1u);
+  ASSERT_TRUE(d->Memset(w1, 0x11, 2 * kG).ok());
+  ASSERT_TRUE(d->Memset(w2, 0x22, 4 * kG).ok());
+  // The stack's four granules: four chunks of one page.
+  RunStack(*a, *d, kG, 4, 0);
+  EXPECT_EQ(creates() - creates0, 5u);
+  EXPECT_EQ(maps() - maps0, 5u);
+  EXPECT_EQ(a->stats().plan_hits, 2u + 4u);
+  // Between iterations the stack's pages are idle: a dynamic request of
+  // one granule borrows one of them, never a weight's page.
+  a->IterationBegin(1);
+  const uint64_t reserved = a->stats().reserved_bytes.current;
+  a->ModuleEnter("experts", /*dynamic=*/true);
+  DevicePtr dyn = *a->Allocate(kG / 2, 0);
+  a->ModuleExit("experts");
+  for (const PhysicalExtent& e : a->PhysicalExtents(dyn)) {
+    for (const PhysicalExtent& w : a->PhysicalExtents(w1)) {
+      EXPECT_NE(e.page, w.page);
+    }
+    for (const PhysicalExtent& w : a->PhysicalExtents(w2)) {
+      EXPECT_NE(e.page, w.page);
+    }
+  }
+  ASSERT_TRUE(a->Free(dyn).ok());
+  a->IterationEnd(1);
+  a->CheckInvariants();
+  EXPECT_GE(a->stats().reserved_bytes.current, reserved);
+  std::vector<uint8_t> back(4 * kG);
+  ASSERT_TRUE(d->CopyToHost(back.data(), w2, 4 * kG).ok());
+  for (uint8_t b : back) ASSERT_EQ(b, 0x22);
+  ASSERT_TRUE(a->Free(w1).ok());
+  ASSERT_TRUE(a->Free(w2).ok());
+  // Without a plan, the weights' chunk is mapped whole in the arena: a
+  // request as large as everything held (11 granules: the weights' 6, the
+  // stack's 4, the page the dynamic request grew) is served without
+  // growing, the chunk at six consecutive granules.
+  ASSERT_TRUE(a->UnloadPlans().ok());
+  const uint64_t held = a->stats().reserved_bytes.current;
+  EXPECT_EQ(held, 11 * kG);
+  const uint64_t creates1 = creates();
+  DevicePtr big = *a->Allocate(11 * kG, 0);
+  EXPECT_EQ(creates(), creates1);
+  EXPECT_EQ(a->stats().reserved_bytes.current, held);
+  ASSERT_TRUE(d->Memset(big, 0x33, 11 * kG).ok());
+  ASSERT_TRUE(a->Free(big).ok());
+  a->CheckInvariants();
+}
+
 TEST(AllocatorPlansTest, UnloadingGivesTheRegionBackOnceNothingStaticLives) {
   auto d = Host();
   auto a = Make(*d);
@@ -223,7 +291,8 @@ TEST(AllocatorPlansTest, AGrownRequestTakesIdleBytesAfterItsEntryOnly) {
   RuntimePlan plan;
   plan.period = 4;
   plan.region_bytes = 2 * kG;
-  plan.iteration = {{40 << 10, 0, 0, 4}, {40 << 10, 40 << 10, 2, 4},
+  plan.iteration = {{40 << 10, 0, 0, 4},
+                    {40 << 10, 40 << 10, 2, 4},
                     {8 << 10, 80 << 10, 0, 1}};
   ASSERT_TRUE(a->LoadPlan(plan).ok());  // (the third entry is never used)
   a->IterationBegin(0);

@@ -206,9 +206,17 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
   }
   uint64_t first = best.position / granularity_;
   uint64_t last = (best.position + size - 1) / granularity_;
+  // Unmapped granules right after the place: a chunk already held that is
+  // larger than the last stretch may take them too.
+  uint64_t after = 0;
+  while (after < PagePool::kMaxChunkPages &&
+         last + 1 + after < granule_page_.size() &&
+         granule_page_[last + 1 + after] == kNoPage) {
+    ++after;
+  }
   // While granules of this place are being mapped, ReclaimIdle leaves them.
   placing_first_ = first;
-  placing_last_ = last;
+  placing_last_ = last + after;
   // Map the missing granules, a run of pages at a time, then grant access
   // to all of them in one call (over the span from the first to the last
   // fresh granule: every granule between is mapped by then). Until access
@@ -226,14 +234,15 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
     uint64_t s = k;
     while (s < last && granule_page_[s + 1] == kNoPage) ++s;
     const uint32_t wanted = static_cast<uint32_t>(s - k + 1);
-    StatusOr<PageRun> run = policy.Acquire(wanted, stream, until);
+    const uint32_t room =
+        wanted + (s == last ? static_cast<uint32_t>(after) : 0);
+    StatusOr<PageRun> run = policy.Acquire(wanted, room, stream, until);
     if (!run.ok()) {
       placed = run.status();
       break;
     }
-    LOOM_CHECK(run->count >= 1 && run->count <= wanted,
-               "page policy gave {} pages for {} granules", run->count,
-               wanted);
+    LOOM_CHECK(run->count >= 1 && run->count <= room,
+               "page policy gave {} pages for {} granules", run->count, room);
     placed = MapRun(k, *run);
     if (!placed.ok()) break;
     fresh.push_back(k);
@@ -300,10 +309,11 @@ void Arena::Free(DevicePtr ptr, uint64_t size, std::span<const FreeTag> tags) {
   InsertFree(start, length);
 }
 
-StatusOr<PageId> Arena::ReclaimIdle(
-    const std::function<bool(PageId)>& wanted,
+StatusOr<PageRun> Arena::ReclaimIdle(
+    uint32_t max_pages, const std::function<bool(PageId)>& wanted,
     const std::function<Status(PageId)>& prepare) {
   for (const auto& [head, length] : mappings_) {
+    if (length > max_pages) continue;
     if (head + length > placing_first_ && head <= placing_last_) continue;
     if (!MappingIdle(head, length)) continue;
     bool all_wanted = true;
@@ -314,9 +324,9 @@ StatusOr<PageId> Arena::ReclaimIdle(
     for (uint64_t k = head; k < head + length; ++k) {
       LOOM_RETURN_IF_ERROR(prepare(granule_page_[k]));
     }
-    const PageId first = granule_page_[head];
+    const PageRun chunk{granule_page_[head], static_cast<uint32_t>(length)};
     LOOM_RETURN_IF_ERROR(UnmapMapping(head));
-    return first;
+    return chunk;
   }
   return NotFoundError("no idle arena mapping to reclaim");
 }
@@ -334,32 +344,16 @@ std::vector<PageId> Arena::IdlePages() const {
 
 StatusOr<std::vector<PageId>> Arena::UnmapIdle() {
   std::vector<PageId> unmapped;
-  // Adjacent idle mappings go in one call (a union of whole mappings).
-  auto it = mappings_.begin();
-  while (it != mappings_.end()) {
-    if (!MappingIdle(it->first, it->second)) {
-      ++it;
-      continue;
-    }
-    const uint64_t start = it->first;
-    uint64_t end = start;
-    auto last = it;
-    while (last != mappings_.end() && last->first == end &&
-           MappingIdle(last->first, last->second)) {
-      end = last->first + last->second;
-      ++last;
-    }
-    LOOM_RETURN_IF_ERROR(
-        driver_.Unmap(base_ + start * granularity_, (end - start) * granularity_));
-    ++unmaps_;
-    for (uint64_t k = start; k < end; ++k) {
-      Page& page = pool_.page(granule_page_[k]);
-      page.arena_granule = kNoGranule;
-      unmapped.push_back(granule_page_[k]);
-      granule_page_[k] = kNoPage;
-    }
-    mapped_granules_ -= end - start;
-    it = mappings_.erase(it, last);
+  // One call per mapping: CUDA unmaps exactly what one map mapped.
+  std::vector<uint64_t> idle;
+  for (const auto& [head, length] : mappings_) {
+    if (MappingIdle(head, length)) idle.push_back(head);
+  }
+  for (uint64_t head : idle) {
+    const uint64_t length = mappings_.at(head);
+    const PageId first = granule_page_[head];
+    LOOM_RETURN_IF_ERROR(UnmapMapping(head));
+    for (uint64_t i = 0; i < length; ++i) unmapped.push_back(first + i);
   }
   return unmapped;
 }
@@ -411,9 +405,9 @@ void Arena::CheckInvariants() const {
   for (const auto& [head, length] : mappings_) {
     LOOM_CHECK(length > 0 && head >= previous, "arena mappings overlap at {}",
                head);
-    LOOM_CHECK(pool_.SameChunkRun(granule_page_[head],
-                                  static_cast<uint32_t>(length)),
-               "arena mapping at {} is not one run of one chunk", head);
+    LOOM_CHECK(pool_.WholeChunk(
+                   PageRun{granule_page_[head], static_cast<uint32_t>(length)}),
+               "arena mapping at {} is not one whole chunk", head);
     for (uint64_t k = head; k < head + length; ++k) {
       LOOM_CHECK(granule_page_[k] == granule_page_[head] + (k - head),
                  "arena mapping at {} does not map its run", head);

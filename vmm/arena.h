@@ -4,16 +4,19 @@
 // allocator with coalescing free blocks. Its granules are mapped on demand to
 // pages chosen by the allocator (PagePolicy): free pool pages, or static
 // pages that are idle now (lent; the same physical page then has two
-// mappings). Pages that follow each other in one chunk are mapped at
-// consecutive granules in one call (a mapping of several granules: a
-// request of many granules gets one new chunk, one map, one set-access),
-// and a mapping is unmapped only whole, once none of its granules is in use
-// (CUDA unmaps whole mappings only). Nothing is mapped ahead of requests:
+// mappings). Every mapping is one whole chunk (a handle: CUDA maps nothing
+// less), its pages at consecutive granules: a request of many granules gets
+// one new chunk, one map, one set-access; a chunk already held that is larger
+// than the granules a request lacks may be mapped over the unmapped granules
+// after them too (mapped ahead, free, at no cost in memory). A mapping is
+// unmapped only whole,
+// in one call of its own, once none of its granules is in use (CUDA unmaps
+// exactly what one map mapped). Nothing is mapped ahead of requests:
 // measured on the plan-miss suite, pages mapped past a request (as
 // expandable segments map whole 20 MiB pages) saved driver calls but left
-// idle granules that later requests did not fit into. Mappings are kept when allocations are freed, so a
-// workload that repeats finds its granules already mapped and makes no
-// driver call.
+// idle granules that later requests did not fit into. Mappings are kept when
+// allocations are freed, so a workload that repeats finds its granules already
+// mapped and makes no driver call.
 //
 // An allocation is placed only where every granule it touches is either
 // unmapped (a page is then acquired and mapped) or mapped to a page the
@@ -55,12 +58,14 @@ class Arena {
     virtual bool Usable(PageId page, uint32_t lo, uint32_t hi, Stream stream,
                         int64_t until) = 0;
     // Live pages mapped nowhere in the arena, usable now by `stream`
-    // (growing the pool if needed), for `wanted` consecutive granules: a
-    // run of 1 to `wanted` pages consecutive in one chunk. `until` is the
-    // iteration time the request is expected to end (or -1 if unknown).
-    // OUT_OF_MEMORY if none.
-    virtual StatusOr<PageRun> Acquire(uint32_t wanted, Stream stream,
-                                      int64_t until) = 0;
+    // (growing the pool if needed), for `wanted` consecutive granules: one
+    // whole chunk of 1 to `room` pages (room >= wanted: the granules after
+    // the stretch are unmapped, and a chunk already held that is larger
+    // than the stretch may be mapped there too, never a new one). `until`
+    // is the iteration time the request is expected to end (or -1 if
+    // unknown). OUT_OF_MEMORY if none.
+    virtual StatusOr<PageRun> Acquire(uint32_t wanted, uint32_t room,
+                                      Stream stream, int64_t until) = 0;
   };
 
   // REQUIRES: va_bytes a positive multiple of the pool's granularity.
@@ -84,21 +89,23 @@ class Arena {
   // The same with several tags (each stream's work must be done).
   void Free(DevicePtr ptr, uint64_t size, std::span<const FreeTag> tags);
 
-  // Unmaps one mapping none of whose granules serves a live allocation and
-  // whose pages all satisfy `wanted`, after `prepare(page)` succeeded for
-  // each (the caller waits there for the work that may still use them),
-  // and returns its first page (for reuse elsewhere: a driver call instead
-  // of a new page); its other pages are mapped nowhere in the arena any
-  // more. Never one of the granules being mapped by the Allocate in
-  // progress. NOT_FOUND if there is none.
-  StatusOr<PageId> ReclaimIdle(const std::function<bool(PageId)>& wanted,
-                               const std::function<Status(PageId)>& prepare);
+  // Unmaps one mapping of at most `max_pages` granules none of whose
+  // granules serves a live allocation and whose pages all satisfy
+  // `wanted`, after `prepare(page)` succeeded for each (the caller waits
+  // there for the work that may still use them), and returns its chunk (for
+  // reuse elsewhere: a driver call instead of a new chunk); its pages are
+  // mapped nowhere in the arena any more. Never one of the granules being
+  // mapped by the Allocate in progress. NOT_FOUND if there is none.
+  StatusOr<PageRun> ReclaimIdle(uint32_t max_pages,
+                                const std::function<bool(PageId)>& wanted,
+                                const std::function<Status(PageId)>& prepare);
 
   // The pages of the mappings none of whose granules serves a live
   // allocation (what UnmapIdle would unmap).
   std::vector<PageId> IdlePages() const;
-  // Unmaps every mapping none of whose granules serves a live allocation;
-  // returns the pages unmapped (their arena_granule is cleared). REQUIRES:
+  // Unmaps every mapping none of whose granules serves a live allocation,
+  // one call each; returns the pages unmapped (their arena_granule is
+  // cleared). REQUIRES:
   // the work that may still use them is done (the caller waits first).
   StatusOr<std::vector<PageId>> UnmapIdle();
 
@@ -135,8 +142,8 @@ class Arena {
   // offsets within the granule. REQUIRES: they intersect.
   uint32_t PieceLo(uint64_t granule, uint64_t offset) const;
   uint32_t PieceHi(uint64_t granule, uint64_t offset, uint64_t size) const;
-  // Maps the pages of `run` at granules [granule, granule + run.count)
-  // (access is granted by the caller).
+  // Maps the chunk `run` at granules [granule, granule + run.count) (access
+  // is granted by the caller). REQUIRES: a whole chunk.
   Status MapRun(uint64_t granule, PageRun run);
   // Unmaps the mapping whose first granule is `head`; its pages are mapped
   // nowhere in the arena afterwards. REQUIRES: nothing live on it.
@@ -155,9 +162,9 @@ class Arena {
   const DevicePtr base_;
   const uint64_t va_bytes_;
   const uint64_t granularity_;
-  std::vector<PageId> granule_page_;                      // kNoPage = unmapped
-  std::map<uint64_t, uint64_t> mappings_;  // first granule -> granules
-  std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
+  std::vector<PageId> granule_page_;             // kNoPage = unmapped
+  std::map<uint64_t, uint64_t> mappings_;        // first granule -> granules
+  std::map<uint64_t, uint64_t> free_by_offset_;  // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset)
   uint64_t live_bytes_ = 0;
   uint64_t mapped_granules_ = 0;

@@ -19,7 +19,8 @@ class GrowingPolicy : public Arena::PagePolicy {
   bool Usable(PageId page, uint32_t, uint32_t, Stream, int64_t) override {
     return !busy.contains(page);
   }
-  StatusOr<PageRun> Acquire(uint32_t wanted, Stream, int64_t) override {
+  StatusOr<PageRun> Acquire(uint32_t wanted, uint32_t, Stream,
+                            int64_t) override {
     ++acquired;
     asked.push_back(wanted);
     return pool_.GrowRun(chunk_pages == 0 ? 1 : std::min(wanted, chunk_pages));
@@ -98,14 +99,15 @@ TEST_F(ArenaFixture, BusyPagesAreSkipped) {
   arena->CheckInvariants();
 }
 
-TEST_F(ArenaFixture, UnmapIdleReturnsPagesInOneCallPerRun) {
+TEST_F(ArenaFixture, UnmapIdleReturnsPagesInOneCallPerMapping) {
   DevicePtr x = *arena->Allocate(3 * kG, 0, -1, policy);
   DevicePtr y = *arena->Allocate(kG, 0, -1, policy);
   arena->Free(x, 3 * kG, FreeTag{});
   uint64_t unmap_calls = driver.calls(DriverOp::kUnmap);
   std::vector<PageId> pages = *arena->UnmapIdle();
   EXPECT_EQ(pages.size(), 3u);
-  EXPECT_EQ(driver.calls(DriverOp::kUnmap), unmap_calls + 1);
+  // x's three pages are three chunks, three mappings: one call each.
+  EXPECT_EQ(driver.calls(DriverOp::kUnmap), unmap_calls + 3);
   EXPECT_EQ(arena->mapped_granules(), 1u);
   arena->Free(y, kG, FreeTag{});
   arena->CheckInvariants();
@@ -177,15 +179,16 @@ TEST_F(ArenaFixture, AFailedMapUndoesTheGranulesMappedBeforeIt) {
 namespace loom::vmm {
 namespace {
 
-// Chunks of several pages: one map per run; mappings unmapped only whole.
-TEST_F(ArenaFixture, ARunOfPagesIsOneMappingUnmappedOnlyWhole) {
+// Chunks of several pages: one map per chunk (mapped whole: CUDA maps whole
+// handles only); mappings unmapped only whole, one call each.
+TEST_F(ArenaFixture, AChunkIsOneMappingUnmappedOnlyWhole) {
   policy.chunk_pages = 4;
   DevicePtr x = *arena->Allocate(4 * kG, 0, -1, policy);  // granules 0-3
   EXPECT_EQ(policy.asked, (std::vector<uint32_t>{4}));
   EXPECT_EQ(driver.calls(DriverOp::kMap), 1u);
   EXPECT_EQ(driver.calls(DriverOp::kSetAccess), 1u);
   EXPECT_EQ(arena->mapped_granules(), 4u);
-  // A run shorter than wanted: the rest of the stretch gets another run.
+  // A chunk shorter than wanted: the rest of the stretch gets another.
   policy.chunk_pages = 2;
   DevicePtr y = *arena->Allocate(3 * kG, 0, -1, policy);
   EXPECT_EQ(policy.asked, (std::vector<uint32_t>{4, 3, 1}));
@@ -198,27 +201,32 @@ TEST_F(ArenaFixture, ARunOfPagesIsOneMappingUnmappedOnlyWhole) {
   DevicePtr z = *arena->Allocate(kG / 2, 0, -1, policy);
   EXPECT_EQ(z, x);
   EXPECT_EQ(arena->IdlePages().size(), 0u);
-  EXPECT_EQ(arena
-                ->ReclaimIdle([](PageId) { return true; },
-                              [](PageId) { return OkStatus(); })
-                .status()
-                .code(),
+  auto any = [](PageId) { return true; };
+  auto ready = [](PageId) { return OkStatus(); };
+  EXPECT_EQ(arena->ReclaimIdle(8, any, ready).status().code(),
             StatusCode::kNotFound);
-  // Once all of it is idle, it goes in one call; its pages are spare.
+  // Once all of it is idle, it goes whole, in one call; a caller with room
+  // for fewer pages than the chunk has gets nothing.
   arena->Free(z, kG / 2, FreeTag{});
   EXPECT_EQ(arena->IdlePages().size(), 4u);
+  EXPECT_EQ(arena->ReclaimIdle(3, any, ready).status().code(),
+            StatusCode::kNotFound);
   const uint64_t unmaps = driver.calls(DriverOp::kUnmap);
-  StatusOr<PageId> first = arena->ReclaimIdle(
-      [](PageId) { return true; }, [](PageId) { return OkStatus(); });
-  ASSERT_TRUE(first.ok());
+  StatusOr<PageRun> chunk = arena->ReclaimIdle(4, any, ready);
+  ASSERT_TRUE(chunk.ok());
+  EXPECT_EQ(chunk->count, 4u);
+  EXPECT_TRUE(pool.WholeChunk(*chunk));
   EXPECT_EQ(driver.calls(DriverOp::kUnmap), unmaps + 1);
   EXPECT_EQ(arena->mapped_granules(), 3u);
-  EXPECT_TRUE(pool.page(*first + 1).spare());
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(pool.page(chunk->first + i).spare());
+  }
   arena->Free(y, 3 * kG, FreeTag{});
-  // UnmapIdle: y's two mappings (adjacent) in one call.
+  // UnmapIdle: y's two mappings (adjacent), one call each.
   const uint64_t before = driver.calls(DriverOp::kUnmap);
   EXPECT_EQ(arena->UnmapIdle()->size(), 3u);
-  EXPECT_EQ(driver.calls(DriverOp::kUnmap), before + 1);
+  EXPECT_EQ(driver.calls(DriverOp::kUnmap), before + 2);
+  EXPECT_EQ(driver.contract_counts().mappings, 0u);
   arena->CheckInvariants();
 }
 
@@ -230,8 +238,9 @@ TEST_F(ArenaFixture, APolicyGivingTooManyPagesAborts) {
     bool Usable(PageId, uint32_t, uint32_t, Stream, int64_t) override {
       return true;
     }
-    StatusOr<PageRun> Acquire(uint32_t wanted, Stream, int64_t) override {
-      return pool_.GrowRun(wanted + 1);
+    StatusOr<PageRun> Acquire(uint32_t, uint32_t room, Stream,
+                              int64_t) override {
+      return pool_.GrowRun(room + 1);
     }
     PagePool& pool_;
   } greedy(pool);

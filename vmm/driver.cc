@@ -147,7 +147,7 @@ Status Driver::Map(DevicePtr ptr, uint64_t size, PhysicalHandle handle,
 
 Status Driver::Unmap(DevicePtr ptr, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
-  LOOM_RETURN_IF_ERROR(contract_.CheckWholeMappings(ptr, size, "unmap"));
+  LOOM_RETURN_IF_ERROR(contract_.CheckUnmap(ptr, size));
   Count(DriverOp::kUnmap);
   LOOM_RETURN_IF_ERROR(DoUnmap(ptr, size));
   contract_.OnUnmap(ptr, size);

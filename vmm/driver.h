@@ -7,17 +7,23 @@
 //   FakeDriver  (fake_driver.h)  bookkeeping only, failure injection
 //
 // The model is CUDA's: physical memory comes in handles (cuMemCreate), virtual
-// address ranges are reserved (cuMemAddressReserve), a handle (or a part of
-// one) is mapped into a reserved range (cuMemMap) and made accessible
-// (cuMemSetAccess); unmap, release and unreserve undo each step.
+// address ranges are reserved (cuMemAddressReserve), a whole handle is mapped
+// into a reserved range (cuMemMap) and made accessible (cuMemSetAccess);
+// unmap, release and unreserve undo each step.
 //
-// Contract (enforced identically for every backend by this base class, see
-// docs/driver_contract.md; loom's rules are stricter than CUDA's):
+// Contract (enforced identically for every backend by this base class, the
+// CUDA one included; docs/driver_contract.md names the CUDA behaviour behind
+// each rule, and the contract suite in driver_test.cc checks it on every
+// backend and on a GPU):
 //  - sizes, offsets and addresses are multiples of the minimum granularity;
-//  - a mapping lies inside one reservation and overlaps no other mapping;
-//  - Unmap/SetAccess cover whole mappings exactly (no partial mapping, no
-//    unmapped byte);
-//  - a handle is released only when no part of it is mapped;
+//  - a mapping is of a whole handle: offset 0 and the handle's size (CUDA
+//    refuses anything else with CUDA_ERROR_NOT_SUPPORTED: UNIMPLEMENTED);
+//  - a mapping lies inside one reservation and overlaps no other mapping
+//    (one handle may be mapped at several addresses: they alias);
+//  - Unmap takes exactly one mapping (part of one: CUDA_ERROR_INVALID_VALUE;
+//    loom also refuses several in one call); SetAccess takes whole
+//    consecutive mappings with no unmapped byte;
+//  - a handle is released only when it is mapped nowhere;
 //  - a reservation is freed only as a whole and only when nothing is mapped
 //    inside it.
 // A call that breaks the contract fails with INVALID_ARGUMENT or
@@ -140,17 +146,18 @@ class Driver {
   // REQUIRES: (ptr, size) is exactly a live reservation with nothing mapped.
   Status Unreserve(DevicePtr ptr, uint64_t size);
 
-  // Maps bytes [offset, offset + size) of `handle` at [ptr, ptr + size).
-  // The range is not accessible until SetAccess.
-  // REQUIRES: inside one reservation, overlapping no mapping, offset + size
-  // within the handle, all aligned to the granularity.
+  // Maps the whole of `handle` at [ptr, ptr + size). The range is not
+  // accessible until SetAccess. REQUIRES: offset 0 and size the handle's
+  // (UNIMPLEMENTED otherwise, as CUDA); inside one reservation, overlapping
+  // no mapping, aligned to the granularity. `offset` exists so that the
+  // refusal can be tested.
   Status Map(DevicePtr ptr, uint64_t size, PhysicalHandle handle,
              uint64_t offset = 0);
-  // REQUIRES: [ptr, ptr + size) is the union of whole earlier mappings with
-  // no gap.
+  // REQUIRES: [ptr, ptr + size) is exactly one earlier mapping.
   Status Unmap(DevicePtr ptr, uint64_t size);
   // Grants `device` and each of `peers` read-write access to a mapped range
-  // (one call). REQUIRES: as for Unmap; every device exists.
+  // (one call). REQUIRES: [ptr, ptr + size) is the union of whole
+  // consecutive mappings with no gap; every device exists.
   Status SetAccess(DevicePtr ptr, uint64_t size, int device,
                    std::span<const int> peers = {});
   // Whether `device`'s memory can be made accessible to `peer` (CUDA peer

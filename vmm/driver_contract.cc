@@ -103,10 +103,21 @@ Status DriverContract::CheckMap(uint64_t ptr, uint64_t size, uint64_t handle,
     return InvalidArgumentError("map: handle {:#x} is not a live handle",
                                 handle);
   }
-  if (offset > h->second.size || size > h->second.size - offset) {
-    return InvalidArgumentError(
-        "map: bytes [{}, {}) are outside handle {:#x} of {} bytes", offset,
-        offset + size, handle, h->second.size);
+  // CUDA maps whole handles only: an offset into a handle, or a size other
+  // than the handle's, is CUDA_ERROR_NOT_SUPPORTED (measured on an H200,
+  // CUDA 13.0; cuMemMap's documentation: "offset ... currently must be
+  // zero").
+  if (offset != 0) {
+    return UnimplementedError(
+        "map: offset {} into handle {:#x}: CUDA maps whole handles only "
+        "(cuMemMap: CUDA_ERROR_NOT_SUPPORTED)",
+        offset, handle);
+  }
+  if (size != h->second.size) {
+    return UnimplementedError(
+        "map: {} bytes of handle {:#x} of {} bytes: CUDA maps whole handles "
+        "only (cuMemMap: CUDA_ERROR_NOT_SUPPORTED)",
+        size, handle, h->second.size);
   }
   if (FindReservation(ptr, size) == reservations_.end()) {
     return InvalidArgumentError(
@@ -124,6 +135,28 @@ Status DriverContract::CheckMap(uint64_t ptr, uint64_t size, uint64_t handle,
   if (m != mappings_.end() && Overlap(m->first, m->second.size, ptr, size)) {
     return AlreadyExistsError("map: [{:#x}, +{}) overlaps the mapping at {:#x}",
                               ptr, size, m->first);
+  }
+  return OkStatus();
+}
+
+Status DriverContract::CheckUnmap(uint64_t ptr, uint64_t size) const {
+  if (size == 0) return InvalidArgumentError("unmap: size 0");
+  auto m = mappings_.find(ptr);
+  if (m == mappings_.end()) {
+    return InvalidArgumentError("unmap: no mapping starts at {:#x}", ptr);
+  }
+  if (size < m->second.size) {
+    return InvalidArgumentError(
+        "unmap: [{:#x}, +{}) is part of the mapping [{:#x}, +{}); CUDA unmaps "
+        "whole mappings only (cuMemUnmap: CUDA_ERROR_INVALID_VALUE)",
+        ptr, size, ptr, m->second.size);
+  }
+  if (size > m->second.size) {
+    return InvalidArgumentError(
+        "unmap: [{:#x}, +{}) goes past the mapping [{:#x}, +{}); one unmap "
+        "takes exactly the range of one map (cuMemUnmap: \"the entire "
+        "contiguous address range that was mapped to\")",
+        ptr, size, ptr, m->second.size);
   }
   return OkStatus();
 }
@@ -251,7 +284,8 @@ void DriverContract::CheckInvariants() const {
     auto h = handles_.find(m.handle);
     LOOM_CHECK(h != handles_.end(), "mapping at {:#x} of a released handle",
                ptr);
-    LOOM_CHECK(m.offset + m.size <= h->second.size);
+    LOOM_CHECK(m.size == h->second.size,
+               "mapping at {:#x} is not of its whole handle", ptr);
     mapped_per_handle[m.handle] += m.size;
     mapped += m.size;
   }

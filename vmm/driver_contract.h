@@ -7,9 +7,14 @@
 // backend runs, and records the call after the backend succeeded, so every
 // backend honours exactly the same rules. Pure bookkeeping: no system calls.
 //
+// The rules are CUDA's, as strict as the driver is (docs/driver_contract.md
+// names the CUDA behaviour behind each): a mapping is of a whole handle
+// (offset 0, the handle's size), an unmap takes exactly one mapping, access
+// is set on whole consecutive mappings.
+//
 // Invariants (CheckInvariants): mappings never overlap; every mapping lies in
-// one reservation and within its handle; a handle's mapped-byte count equals
-// the sum of its mappings.
+// one reservation and is of its whole handle; a handle's mapped-byte count
+// equals the sum of its mappings.
 #ifndef LOOM_VMM_DRIVER_CONTRACT_H_
 #define LOOM_VMM_DRIVER_CONTRACT_H_
 
@@ -43,7 +48,9 @@ class DriverContract {
   Status CheckUnreserve(uint64_t ptr, uint64_t size) const;
   Status CheckMap(uint64_t ptr, uint64_t size, uint64_t handle, uint64_t offset,
                   uint64_t granularity) const;
-  // Unmap and SetAccess: the range must be whole mappings with no gap.
+  // Unmap: the range is exactly one mapping (the range of one Map).
+  Status CheckUnmap(uint64_t ptr, uint64_t size) const;
+  // SetAccess: the range is whole consecutive mappings with no gap.
   Status CheckWholeMappings(uint64_t ptr, uint64_t size,
                             std::string_view what) const;
   // Copies and memsets: the range must be mapped and accessible.

@@ -9,18 +9,27 @@ constexpr uint64_t kG = 4096;
 
 TEST(DriverContractTest, TracksHandlesReservationsAndMappings) {
   DriverContract c;
-  ASSERT_TRUE(c.CheckCreate(0, 2 * kG, kG).ok());
-  c.OnCreate(7, 0, 2 * kG);
+  ASSERT_TRUE(c.CheckCreate(0, kG, kG).ok());
+  c.OnCreate(7, 0, kG);
+  c.OnCreate(8, 0, kG);
   ASSERT_TRUE(c.CheckReserve(8 * kG, 0, kG).ok());
   c.OnReserve(100 * kG, 8 * kG);
-  ASSERT_TRUE(c.CheckMap(101 * kG, kG, 7, kG, kG).ok());
-  c.OnMap(101 * kG, kG, 7, kG);
-  ASSERT_TRUE(c.CheckMap(102 * kG, kG, 7, 0, kG).ok());
-  c.OnMap(102 * kG, kG, 7, 0);
+  // Whole handles only: an offset, or part of a handle, is refused.
+  EXPECT_EQ(c.CheckMap(101 * kG, kG, 7, kG, kG).code(),
+            StatusCode::kUnimplemented);
+  EXPECT_EQ(c.CheckMap(101 * kG, 2 * kG, 7, 0, kG).code(),
+            StatusCode::kUnimplemented);
+  ASSERT_TRUE(c.CheckMap(101 * kG, kG, 7, 0, kG).ok());
+  c.OnMap(101 * kG, kG, 7, 0);
+  ASSERT_TRUE(c.CheckMap(102 * kG, kG, 8, 0, kG).ok());
+  c.OnMap(102 * kG, kG, 8, 0);
+  // One handle at a second address (an alias) is allowed.
+  ASSERT_TRUE(c.CheckMap(104 * kG, kG, 7, 0, kG).ok());
+  c.OnMap(104 * kG, kG, 7, 0);
   c.CheckInvariants();
   ContractCounts counts = c.counts();
-  EXPECT_EQ(counts.mappings, 2u);
-  EXPECT_EQ(counts.mapped_bytes, 2 * kG);
+  EXPECT_EQ(counts.mappings, 3u);
+  EXPECT_EQ(counts.mapped_bytes, 3 * kG);
   EXPECT_EQ(counts.handle_bytes, 2 * kG);
   // Access is granted per whole mapping; copies need it everywhere.
   EXPECT_EQ(c.CheckAccessible(101 * kG, 2 * kG).code(),
@@ -32,14 +41,25 @@ TEST(DriverContractTest, TracksHandlesReservationsAndMappings) {
   EXPECT_TRUE(c.CheckAccessible(101 * kG, 2 * kG).ok());
   EXPECT_EQ(c.CheckAccessible(103 * kG, 1).code(),
             StatusCode::kInvalidArgument);
-  // Whole-mapping rule.
-  EXPECT_TRUE(c.CheckWholeMappings(101 * kG, 2 * kG, "unmap").ok());
-  EXPECT_FALSE(c.CheckWholeMappings(101 * kG, 3 * kG, "unmap").ok());
-  EXPECT_FALSE(c.CheckWholeMappings(100 * kG, 2 * kG, "unmap").ok());
-  c.OnUnmap(101 * kG, 2 * kG);
+  // Set-access: whole consecutive mappings; unmap: exactly one mapping.
+  EXPECT_TRUE(c.CheckWholeMappings(101 * kG, 2 * kG, "set_access").ok());
+  EXPECT_FALSE(c.CheckWholeMappings(101 * kG, 3 * kG, "set_access").ok());
+  EXPECT_FALSE(c.CheckWholeMappings(100 * kG, 2 * kG, "set_access").ok());
+  EXPECT_FALSE(c.CheckUnmap(101 * kG, 2 * kG).ok());
+  EXPECT_FALSE(c.CheckUnmap(100 * kG, kG).ok());
+  EXPECT_FALSE(c.CheckUnmap(101 * kG, kG / 2).ok());
+  ASSERT_TRUE(c.CheckUnmap(101 * kG, kG).ok());
+  c.OnUnmap(101 * kG, kG);
+  EXPECT_EQ(c.CheckRelease(7).code(), StatusCode::kFailedPrecondition)
+      << "still mapped at its alias";
+  ASSERT_TRUE(c.CheckUnmap(104 * kG, kG).ok());
+  c.OnUnmap(104 * kG, kG);
+  ASSERT_TRUE(c.CheckUnmap(102 * kG, kG).ok());
+  c.OnUnmap(102 * kG, kG);
   EXPECT_EQ(c.counts().mappings, 0u);
   EXPECT_TRUE(c.CheckRelease(7).ok());
   c.OnRelease(7);
+  c.OnRelease(8);
   EXPECT_TRUE(c.CheckUnreserve(100 * kG, 8 * kG).ok());
   c.OnUnreserve(100 * kG);
   c.CheckInvariants();
@@ -63,6 +83,13 @@ TEST(DriverContractTest, ErrorMessagesSayWhatIsWrong) {
       "unreserve: [0xa000, +8192) still has a mapping at 0xa000; unmap first");
   EXPECT_NE(c.DescribeLive().find("mapping [0xa000, +4096) of handle 0x1"),
             std::string::npos);
+  c.OnCreate(2, 0, 2 * kG);
+  EXPECT_EQ(c.CheckMap(11 * kG, kG, 2, kG, kG).message(),
+            "map: offset 4096 into handle 0x2: CUDA maps whole handles only "
+            "(cuMemMap: CUDA_ERROR_NOT_SUPPORTED)");
+  EXPECT_EQ(c.CheckMap(11 * kG, kG, 2, 0, kG).message(),
+            "map: 4096 bytes of handle 0x2 of 8192 bytes: CUDA maps whole "
+            "handles only (cuMemMap: CUDA_ERROR_NOT_SUPPORTED)");
 }
 
 }  // namespace

@@ -37,45 +37,88 @@ Status DrainFences(PagePool& pool, StreamTracker& tracker,
 
 namespace {
 
-// A spare run of up to `wanted` pages free of other streams' unfinished
-// work for `stream` (count 0: none).
+// A spare whole chunk free of other streams' unfinished work for `stream`,
+// none of `taken`, for `wanted` granules with `room` to map it at
+// (PagePool::SpareRun; count 0: none).
 PageRun FreeSpareRun(PagePool& pool, StreamTracker& tracker, uint32_t wanted,
-                     Stream stream) {
+                     uint32_t room, Stream stream,
+                     const std::vector<PageRun>& taken = {}) {
   const uint32_t g = static_cast<uint32_t>(pool.granularity());
-  return pool.SpareRun(wanted, [&](Page& page) {
-    return FencesAllow(page, 0, g, stream, tracker);
+  return pool.SpareRun(wanted, room, [&](PageId id) {
+    for (const PageRun& run : taken) {
+      if (id >= run.first && id < run.first + run.count) return false;
+    }
+    return FencesAllow(pool.page(id), 0, g, stream, tracker);
   });
 }
 
-// A page cached idle in an arena granule (not a static page), unmapped there
-// once no queued work may touch it.
-StatusOr<PageId> ReclaimFromArena(PagePool& pool, StreamTracker& tracker,
-                                  Arena& arena) {
+// A chunk cached idle in an arena mapping (no static page), of at most
+// `max_pages`, unmapped there once no queued work may touch it.
+StatusOr<PageRun> ReclaimFromArena(PagePool& pool, StreamTracker& tracker,
+                                   Arena& arena, uint32_t max_pages) {
   return arena.ReclaimIdle(
+      max_pages,
       [&](PageId id) { return pool.page(id).static_granule == kNoGranule; },
       [&](PageId id) { return DrainFences(pool, tracker, {id}); });
 }
 
 }  // namespace
 
-StatusOr<PageRun> StaticBacking::Take(uint32_t wanted, uint32_t max) {
-  // 1. Spare pages, the first run of `wanted`, else the longest.
-  const PageRun spare = FreeSpareRun(pool_, tracker_, wanted, stream_);
-  if (spare.count > 0) return spare;
-  // 2. A page cached idle in an arena granule, unmapped there (after
+StatusOr<std::vector<PageRun>> StaticBacking::Take(uint32_t first,
+                                                   uint32_t wanted,
+                                                   uint32_t max) {
+  // 1. Spare chunks for the `wanted` granules (a chunk larger than what
+  // is left of them may go over the unbacked granules after the range, up
+  // to `max`: memory already held).
+  std::vector<PageRun> runs;
+  uint32_t taken = 0;
+  while (taken < wanted) {
+    const PageRun spare = FreeSpareRun(pool_, tracker_, wanted - taken,
+                                       max - taken, stream_, runs);
+    if (spare.count == 0) break;
+    runs.push_back(spare);
+    taken += spare.count;
+  }
+  if (!runs.empty()) return runs;
+  // 2. A chunk cached idle in an arena mapping, unmapped there (after
   // waiting for its work): memory the arena holds but does not use now,
   // taken before new memory is. (Warm-up only: a region's granules are
   // backed once.)
-  StatusOr<PageId> reclaimed = ReclaimFromArena(pool_, tracker_, arena_);
-  if (reclaimed.ok()) return PageRun{*reclaimed, 1};
-  // 3. A new chunk.
-  const uint32_t chunk = std::min(max, std::max(wanted, kChunkPages));
-  StatusOr<PageRun> grown = pool_.GrowRun(chunk);
-  if (grown.ok()) {
-    on_grow_();
-    return grown;
+  StatusOr<PageRun> reclaimed = ReclaimFromArena(pool_, tracker_, arena_, max);
+  if (reclaimed.ok()) return std::vector<PageRun>{*reclaimed};
+  // 3. New pages: what is wanted, and at least kChunkPages when the
+  // granules after the range are unbacked (the plan uses them soon; one
+  // set-access covers them all).
+  return Grow(first, std::min(max, std::max(wanted, kChunkPages)));
+}
+
+StatusOr<std::vector<PageRun>> StaticBacking::Grow(uint32_t first,
+                                                   uint32_t count) {
+  // Spare chunks that did not fit go back first: held beside the new ones
+  // they would only raise the peak.
+  pool_.ReleaseUnfencedSpareChunks();
+  std::vector<PageRun> runs;
+  Status failed;
+  for (uint32_t k = first; k < first + count && failed.ok();) {
+    uint32_t n = 1;
+    if (schedule_ != nullptr) {
+      while (k + n < first + count && n < PagePool::kMaxChunkPages &&
+             schedule_->SameUse(k, k + n)) {
+        ++n;
+      }
+    }
+    StatusOr<PageRun> grown = pool_.GrowRun(n);
+    if (!grown.ok()) {
+      failed = grown.status();
+      break;
+    }
+    runs.push_back(*grown);
+    k += grown->count;  // fewer than n if the cap or the device said so
+    if (grown->count < n) break;
   }
-  return grown.status();
+  if (runs.empty()) return failed;
+  on_grow_();
+  return runs;
 }
 
 int64_t LendingPolicy::Needed() const {
@@ -114,58 +157,72 @@ bool LendingPolicy::Usable(PageId id, uint32_t lo, uint32_t hi, Stream stream,
   return FencesAllow(page, lo, hi, stream, tracker_);
 }
 
-StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, Stream stream,
-                                         int64_t) {
+bool LendingPolicy::Idle(PageRun chunk, Stream stream) {
   const uint32_t g = static_cast<uint32_t>(pool_.granularity());
-  auto free_for = [&](Page& p) {
-    return FencesAllow(p, 0, g, stream, tracker_);
-  };
-  // 0. The pages the plan reserved for the request being served.
-  while (!context_.preferred.empty()) {
-    PageId id = context_.preferred.back();
-    context_.preferred.pop_back();
-    Page& p = pool_.page(id);
-    if (p.arena_granule == kNoGranule && p.static_users == 0 && free_for(p)) {
-      return PageRun{id, 1};
+  for (uint32_t i = 0; i < chunk.count; ++i) {
+    Page& p = pool_.page(chunk.first + i);
+    if (p.arena_granule != kNoGranule || p.static_users != 0 ||
+        !FencesAllow(p, 0, g, stream, tracker_)) {
+      return false;
     }
   }
-  // 1. Spare pages (in the pool, mapped nowhere): the first run as long as
-  // wanted, else the longest.
-  const PageRun spare = FreeSpareRun(pool_, tracker_, wanted, stream);
+  return true;
+}
+
+StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, uint32_t room,
+                                         Stream stream, int64_t) {
+  // 0. The pages the plan reserved for the request being served (a whole
+  // chunk each: static pages are chunks of one page unless the region took
+  // a larger one).
+  while (!context_.preferred.empty()) {
+    const PageRun chunk = pool_.ChunkOf(context_.preferred.back());
+    context_.preferred.pop_back();
+    if (chunk.count <= wanted && Idle(chunk, stream)) return chunk;
+  }
+  // 1. A spare chunk (in the pool, mapped nowhere): the first of exactly
+  // `wanted` pages, else the smallest larger one that has room, else the
+  // largest smaller one.
+  const PageRun spare = FreeSpareRun(pool_, tracker_, wanted, room, stream);
   if (spare.count > 0) return spare;
-  // 2. An idle static page whose next planned use is far enough away.
-  PageId best = kNoPage;
+  // 2. An idle static chunk whose next planned use is far enough away (for
+  // a chunk of several pages, the nearest use of any of them).
+  PageRun best;
   int64_t best_distance = -1;
   if (region_ != nullptr) {
     for (uint32_t k = 0; k < region_->backed_extent(); ++k) {
-      PageId id = region_->page(k);
+      const PageId id = region_->page(k);
       if (id == kNoPage) continue;  // not backed
-      Page& p = pool_.page(id);
-      if (p.arena_granule != kNoGranule || p.static_users != 0) continue;
-      int64_t distance = IdleFor(k);
-      if (distance <= best_distance || !free_for(p)) continue;
-      best = id;
+      const PageRun chunk = pool_.ChunkOf(id);
+      if (chunk.first != id || chunk.count > room) continue;
+      int64_t distance = PlanSchedule::kNever;
+      for (uint32_t i = 0; i < chunk.count; ++i) {
+        distance = std::min(distance, IdleFor(k + i));
+      }
+      if (distance <= best_distance || !Idle(chunk, stream)) continue;
+      best = chunk;
       best_distance = distance;
     }
-    if (best != kNoPage && best_distance >= Needed()) return PageRun{best, 1};
+    if (best.count > 0 && best_distance >= Needed()) return best;
   }
-  // 3. A new chunk of what is wanted. (Growing by more, and keeping or
-  // mapping the rest, was measured on the plan-miss suite: fewer calls,
-  // more memory held.)
+  // 3. A new chunk of what is wanted (spare chunks that did not fit go
+  // back first: held beside the new one they would only raise the peak).
+  // (Growing by more, and keeping or mapping the rest, was measured on the
+  // plan-miss suite: fewer calls, more memory held.)
+  pool_.ReleaseUnfencedSpareChunks();
   StatusOr<PageRun> grown = pool_.GrowRun(wanted);
   if (grown.ok()) {
     on_grow_();
     return grown;
   }
-  // Out of memory (cap or device). 4. Spare pages cached idle in another
-  // arena mapping: remapping costs driver calls (so it comes after growing,
-  // which a repeating workload stops needing once warm). The pages move to
+  // Out of memory (cap or device). 4. A chunk cached idle in another arena
+  // mapping: remapping costs driver calls (so it comes after growing, which
+  // a repeating workload stops needing once warm). The pages move to
   // another address: every fence on them, the stream's own included, must
   // be complete first (waited for if need be).
-  StatusOr<PageId> reclaimed = ReclaimFromArena(pool_, tracker_, arena_);
-  if (reclaimed.ok()) return PageRun{*reclaimed, 1};
-  // 5. Any idle static page: its planned owner may have to go elsewhere.
-  if (best != kNoPage) return PageRun{best, 1};
+  StatusOr<PageRun> reclaimed = ReclaimFromArena(pool_, tracker_, arena_, room);
+  if (reclaimed.ok()) return *reclaimed;
+  // 5. Any idle static chunk: its planned owner may have to go elsewhere.
+  if (best.count > 0) return best;
   return grown.status();
 }
 

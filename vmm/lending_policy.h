@@ -18,10 +18,12 @@
 //    schedule (the plan is suspended: it does not fit this iteration) every
 //    idle static page may be lent (a planned owner that finds its page
 //    taken is served elsewhere: the safety check);
-//  - Acquire's order: the entry's own pages, a run of spare pages, the idle
-//    static page unused the longest (if long enough), a new chunk of the
-//    pages wanted, pages reclaimed from an idle arena mapping (after waiting
-//    for their work), and last any idle static page.
+//  - Acquire's order: the entry's own pages, a spare chunk, the idle
+//    static chunk unused the longest (if long enough), a new chunk of the
+//    pages wanted, a chunk reclaimed from an idle arena mapping (after
+//    waiting for its work), and last any idle static chunk. Every answer is
+//    one whole chunk (CUDA maps whole handles only); a chunk already held
+//    may be larger than the stretch, over the unmapped granules after it.
 #ifndef LOOM_VMM_LENDING_POLICY_H_
 #define LOOM_VMM_LENDING_POLICY_H_
 
@@ -67,35 +69,50 @@ struct RequestContext {
 };
 
 // Pages for static granules a planned allocation occupies for the first time
-// (StaticRegion::Back), for a request on `stream`. Order: a run of spare
-// pages; a page reclaimed from an idle arena granule (unmapped there after
-// its work: memory held but unused is taken before new memory); a new
-// chunk (up to `max` pages, the extra ones backing the granules after the
-// range: the plan uses them soon). Idle arena pages are not mapped into
-// the region while staying in the arena: a page serving both sides in turn
-// makes the arena's cached places unusable whenever the static side is
-// live, and the arena then maps more.
-// Every page it gives is free of other streams' unfinished work.
+// (StaticRegion::Back), for a request on `stream`. Order: spare chunks (up
+// to `wanted` pages); a chunk reclaimed from an idle arena mapping
+// (unmapped there after its work: memory held but unused is taken before
+// new memory); new pages (up to `max` of them, the extra ones backing the
+// granules after the range: the plan uses them soon). New pages come in
+// one chunk per stretch of granules the plan uses at the same times
+// (PlanSchedule::SameUse: idle at the same times, so lent together; a
+// stretch where persistent requests live is never idle), one create and
+// one map each; without a plan, a chunk of one page each. Idle arena pages are
+// not mapped into the region while staying in the arena: a page serving both
+// sides in turn makes the arena's cached places unusable whenever the static
+// side is live, and the arena then maps more. Every page it gives is free of
+// other streams' unfinished work.
 class StaticBacking final : public PageSource {
  public:
-  // How many pages a new chunk for the static region holds at least (when
-  // the region has that many unbacked granules in a row).
+  // How many new pages back the static region at least (when the region
+  // has that many unbacked granules in a row): one set-access for them.
   static constexpr uint32_t kChunkPages = 16;
 
+  // `schedule`: the installed plan's (null: none; every new page is then a
+  // chunk of its own).
   StaticBacking(PagePool& pool, StreamTracker& tracker, Arena& arena,
-                Stream stream, std::function<void()> on_grow)
+                const PlanSchedule* schedule, Stream stream,
+                std::function<void()> on_grow)
       : pool_(pool),
         tracker_(tracker),
         arena_(arena),
+        schedule_(schedule),
         stream_(stream),
         on_grow_(std::move(on_grow)) {}
 
-  StatusOr<PageRun> Take(uint32_t wanted, uint32_t max) override;
+  StatusOr<std::vector<PageRun>> Take(uint32_t first, uint32_t wanted,
+                                      uint32_t max) override;
 
  private:
+  // New chunks for `count` granules from `first`: one per stretch of
+  // granules of the same use (at most PagePool::kMaxChunkPages). Fewer
+  // pages if the cap or the device runs out.
+  StatusOr<std::vector<PageRun>> Grow(uint32_t first, uint32_t count);
+
   PagePool& pool_;
   StreamTracker& tracker_;
   Arena& arena_;
+  const PlanSchedule* schedule_;
   Stream stream_;
   std::function<void()> on_grow_;
 };
@@ -118,7 +135,7 @@ class LendingPolicy final : public Arena::PagePolicy {
 
   bool Usable(PageId page, uint32_t lo, uint32_t hi, Stream stream,
               int64_t until) override;
-  StatusOr<PageRun> Acquire(uint32_t wanted, Stream stream,
+  StatusOr<PageRun> Acquire(uint32_t wanted, uint32_t room, Stream stream,
                             int64_t until) override;
 
  private:
@@ -128,6 +145,9 @@ class LendingPolicy final : public Arena::PagePolicy {
   int64_t IdleFor(uint32_t granule) const;
   bool Lendable(uint32_t granule) const;
   bool Preferred(PageId id) const;
+  // True when no page of `chunk` is mapped in the arena or serves a live
+  // static allocation, and no other stream's free on it is incomplete.
+  bool Idle(PageRun chunk, Stream stream);
 
   PagePool& pool_;
   StreamTracker& tracker_;

@@ -117,9 +117,10 @@ StatusOr<PageId> PagePool::Grow() {
   return run.first;
 }
 
-PagePool::Chunk PagePool::ChunkOf(PageId id) const {
+PageRun PagePool::ChunkOf(PageId id) const {
+  LOOM_CHECK(id < pages_.size() && pages_[id].live, "page {} is not live", id);
   const PageId first = id - pages_[id].index;
-  return Chunk{first, chunk_count_[first]};
+  return PageRun{first, chunk_count_[first]};
 }
 
 Status PagePool::ReleaseChunk(PageId first, uint32_t count) {
@@ -135,7 +136,7 @@ Status PagePool::ReleaseChunk(PageId first, uint32_t count) {
 Status PagePool::ReleasePage(PageId id) {
   LOOM_CHECK(id < pages_.size() && pages_[id].live,
              "page {} released while in use (or not live)", id);
-  const Chunk chunk = ChunkOf(id);
+  const PageRun chunk = ChunkOf(id);
   for (PageId p = chunk.first; p < chunk.first + chunk.count; ++p) {
     const Page& page = pages_[p];
     LOOM_CHECK(page.spare() && page.static_users == 0 && page.arena_users == 0,
@@ -161,19 +162,33 @@ Status PagePool::ReleaseSpareChunks() {
   return result;
 }
 
-bool PagePool::SameChunkRun(PageId first, uint32_t count) const {
-  if (count == 0 || first >= pages_.size() || !pages_[first].live) return false;
-  const Chunk chunk = ChunkOf(first);
-  return first + count <= chunk.first + chunk.count;
+uint32_t PagePool::ReleaseUnfencedSpareChunks() {
+  uint32_t released = 0;
+  for (PageId id = 0; id < pages_.size(); ++id) {
+    if (!pages_[id].live || pages_[id].index != 0) continue;
+    const uint32_t count = chunk_count_[id];
+    bool spare = true;
+    for (PageId p = id; p < id + count && spare; ++p) {
+      spare = pages_[p].spare() && pages_[p].static_users == 0 &&
+              pages_[p].arena_users == 0 && pages_[p].fences.empty();
+    }
+    if (spare && ReleaseChunk(id, count).ok()) released += count;
+  }
+  return released;
+}
+
+bool PagePool::WholeChunk(PageRun run) const {
+  if (run.count == 0 || run.first >= pages_.size() || !pages_[run.first].live)
+    return false;
+  return pages_[run.first].index == 0 && chunk_count_[run.first] == run.count;
 }
 
 Status PagePool::MapRun(DevicePtr at, PageRun run) {
-  LOOM_CHECK(SameChunkRun(run.first, run.count),
-             "pages {}..+{} are not consecutive in one chunk", run.first,
-             run.count);
-  const Page& head = pages_[run.first];
-  return driver_.Map(at, run.count * granularity_, head.handle,
-                     head.index * granularity_);
+  LOOM_CHECK(WholeChunk(run),
+             "pages {}..+{} are not one whole chunk (CUDA maps whole handles "
+             "only)",
+             run.first, run.count);
+  return driver_.Map(at, run.count * granularity_, pages_[run.first].handle);
 }
 
 }  // namespace loom::vmm

@@ -1,17 +1,22 @@
 // PagePool: the physical memory loom holds, as pages of one granule each.
 //
 // Physical memory comes from the driver in chunks: one handle of one or more
-// granules (cuMemCreate of n granules is one call, as expandable segments'
-// 20 MiB pages are). Each granule of a chunk is a page: it can be mapped
-// alone at any granule-aligned virtual address (cuMemMap with an offset into
-// the handle), and pages that follow each other in one chunk can be mapped
-// at consecutive addresses in one call (MapRun). A page is mapped into its
-// place in the static region, into a granule of the dynamic arena, or both
-// at once. That double mapping is how idle static memory is lent to dynamic
-// requests; the allocator's invariant is about *live allocations*, not
-// mappings: at any moment a page serves live allocations through at most
-// one of its mappings (`static_users` and `arena_users` are never both
-// non-zero), and within that mapping live allocations never overlap.
+// granules (cuMemCreate of n granules is one call). Each granule of a chunk
+// is a page, but CUDA maps only whole handles (cuMemMap refuses an offset
+// into a handle or part of one: docs/driver_contract.md), so a chunk is
+// always mapped whole: its pages at consecutive granules, in order, one
+// map call (MapRun). The allocator sizes chunks to how they will be used:
+// an arena request's new granules are one chunk; the static region's
+// granules come in one chunk per stretch the plan uses at the same times
+// (lent together when idle). A page is mapped into its place in the static
+// region, into
+// a granule of the dynamic arena, or both at once (its chunk mapped at two
+// addresses: CUDA allows it, the two alias). That double mapping is how
+// idle static memory is lent to dynamic requests; the allocator's invariant
+// is about *live allocations*, not mappings: at any moment a page serves
+// live allocations through at most one of its mappings (`static_users` and
+// `arena_users` are never both non-zero), and within that mapping live
+// allocations never overlap.
 //
 // The pool grows from the driver on demand, within an optional byte cap, and
 // shrinks only on request, a whole chunk at a time, once every page of it is
@@ -63,7 +68,8 @@ struct Page {
 // Records that bytes [lo, hi) of `page` were freed with `tag`.
 void AddFence(Page& page, uint32_t lo, uint32_t hi, const FreeTag& tag);
 
-// Consecutive pages of one chunk: ids [first, first + count).
+// Consecutive pages of one chunk: ids [first, first + count). Where a run is
+// mapped, it is a whole chunk (WholeChunk).
 struct PageRun {
   PageId first = kNoPage;
   uint32_t count = 0;
@@ -96,17 +102,27 @@ class PagePool {
   // Releases every chunk whose pages are all spare; the first failure is
   // returned (the others are still tried).
   Status ReleaseSpareChunks();
+  // Releases every spare chunk none of whose pages carries a fence (no
+  // queued work may touch it: nothing to wait for). Called before the pool
+  // grows: a chunk is mapped only whole, so a spare chunk that does not fit
+  // where memory is wanted would otherwise stay held beside the new one.
+  // Returns the pages released; a release that fails leaves its chunk.
+  uint32_t ReleaseUnfencedSpareChunks();
 
-  // Maps pages [run.first, run.first + run.count) at `at`, one driver call.
-  // REQUIRES: the pages are consecutive in one chunk (SameChunkRun) and
-  // live; the caller records where they are mapped.
+  // Maps the chunk `run` (all its pages, in order) at `at`, one driver call.
+  // REQUIRES: WholeChunk(run); the caller records where the pages are
+  // mapped.
   Status MapRun(DevicePtr at, PageRun run);
-  // True when pages [first, first + count) are consecutive in one chunk.
-  bool SameChunkRun(PageId first, uint32_t count) const;
-  // Spare pages consecutive in one chunk that `usable(page)` accepts: the
-  // first run of `wanted` pages, else the longest (count 0: none).
+  // The chunk page `id` belongs to. REQUIRES: the page is live.
+  PageRun ChunkOf(PageId id) const;
+  // True when `run` is exactly one live chunk (what MapRun takes).
+  bool WholeChunk(PageRun run) const;
+  // A whole chunk, every page spare and accepted by `usable(id)`, for
+  // `wanted` granules with `room` >= wanted granules free to map it at:
+  // the first of exactly `wanted` pages, else the smallest of more (up to
+  // `room`), else the largest of fewer (count 0: none).
   template <typename Usable>
-  PageRun SpareRun(uint32_t wanted, Usable&& usable);
+  PageRun SpareRun(uint32_t wanted, uint32_t room, Usable&& usable);
 
   Page& page(PageId id) { return pages_[id]; }
   const Page& page(PageId id) const { return pages_[id]; }
@@ -125,13 +141,6 @@ class PagePool {
   uint64_t releases() const { return releases_; }
 
  private:
-  // The chunk a live page belongs to: its first page id (the page's id less
-  // its index in the chunk) and page count.
-  struct Chunk {
-    PageId first = kNoPage;
-    uint32_t count = 0;
-  };
-  Chunk ChunkOf(PageId id) const;
   // Page ids for a new chunk of `count` pages: a released range, else new.
   PageId TakeIds(uint32_t count);
   void GiveBackIds(PageId first, uint32_t count);
@@ -153,19 +162,31 @@ class PagePool {
 };
 
 template <typename Usable>
-PageRun PagePool::SpareRun(uint32_t wanted, Usable&& usable) {
-  PageRun best;
-  for (PageId id = 0; id < pages_.size() && best.count < wanted; ++id) {
-    if (!pages_[id].spare() || !usable(pages_[id])) continue;
-    uint32_t n = 1;
-    while (n < wanted && SameChunkRun(id, n + 1) && pages_[id + n].spare() &&
-           usable(pages_[id + n])) {
-      ++n;
+PageRun PagePool::SpareRun(uint32_t wanted, uint32_t room, Usable&& usable) {
+  PageRun over;   // the smallest chunk of more than `wanted`, within room
+  PageRun under;  // the largest chunk of fewer than `wanted`
+  for (PageId id = 0; id < pages_.size();) {
+    if (!pages_[id].live) {
+      ++id;
+      continue;
     }
-    if (n > best.count) best = PageRun{id, n};
-    id += n - 1;
+    const uint32_t count = chunk_count_[id];  // id is a chunk's first page
+    const bool better =
+        count == wanted ||
+        (count > wanted && count <= room &&
+         (over.count == 0 || count < over.count)) ||
+        (count < wanted && over.count == 0 && count > under.count);
+    bool fits = better;
+    for (PageId p = id; p < id + count && fits; ++p) {
+      fits = pages_[p].spare() && usable(p);
+    }
+    if (fits) {
+      if (count == wanted) return PageRun{id, count};
+      (count > wanted ? over : under) = PageRun{id, count};
+    }
+    id += count;
   }
-  return best;
+  return over.count > 0 ? over : under;
 }
 
 }  // namespace loom::vmm

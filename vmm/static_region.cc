@@ -38,21 +38,24 @@ StatusOr<std::unique_ptr<StaticRegion>> StaticRegion::Create(Driver& driver,
 StaticRegion::~StaticRegion() {
   LOOM_CHECK(occupied_bytes_ == 0, "static region destroyed with {} bytes live",
              occupied_bytes_);
-  // Each stretch of backed granules is a union of whole mappings: one call.
+  // Each mapping is a whole chunk, its first page at its first granule:
+  // one unmap each.
   const uint32_t n = backed_extent_;
   for (uint32_t k = 0; k < n;) {
     if (granules_[k].page == kNoPage) {
       ++k;
       continue;
     }
-    uint32_t end = k;
-    while (end < n && granules_[end].page != kNoPage) ++end;
-    Status status = driver_.Unmap(base_ + k * granularity_,
-                                  (end - k) * granularity_);
+    const PageRun chunk = pool_.ChunkOf(granules_[k].page);
+    LOOM_CHECK(chunk.first == granules_[k].page,
+               "static granule {} is not the head of its mapping", k);
+    Status status =
+        driver_.Unmap(base_ + k * granularity_, chunk.count * granularity_);
     if (!status.ok()) {
       fmt::print(stderr, "loom: unmapping static granules {}..{} failed: {}\n",
-                 k, end - 1, status.ToString());
+                 k, k + chunk.count - 1, status.ToString());
     }
+    const uint32_t end = k + chunk.count;
     for (; k < end; ++k) {
       pool_.page(granules_[k].page).static_granule = kNoGranule;
       granules_[k].page = kNoPage;
@@ -68,8 +71,8 @@ StaticRegion::~StaticRegion() {
 void StaticRegion::Unback(
     const std::vector<std::pair<uint32_t, uint32_t>>& runs) {
   for (const auto& [first, count] : runs) {
-    Status undo = driver_.Unmap(base_ + first * granularity_,
-                                count * granularity_);
+    Status undo =
+        driver_.Unmap(base_ + first * granularity_, count * granularity_);
     if (!undo.ok()) {
       fmt::print(stderr, "loom: undoing a static mapping failed: {}\n",
                  undo.ToString());
@@ -108,42 +111,47 @@ Status StaticRegion::Back(uint64_t offset, uint64_t size, PageSource& source,
         ++reach;
       }
     }
-    StatusOr<PageRun> run = source.Take(s - k + 1, reach - k + 1);
-    if (!run.ok()) {
-      status = run.status();
+    StatusOr<std::vector<PageRun>> runs =
+        source.Take(k, s - k + 1, reach - k + 1);
+    if (!runs.ok()) {
+      status = runs.status();
       break;
     }
-    LOOM_CHECK(run->count >= 1 && run->count <= reach - k + 1,
-               "page source gave {} pages for {} granules", run->count,
+    uint32_t given = 0;
+    for (const PageRun& run : *runs) given += run.count;
+    LOOM_CHECK(given >= 1 && given <= reach - k + 1,
+               "page source gave {} pages for {} granules", given,
                reach - k + 1);
-    status = pool_.MapRun(base_ + k * granularity_, *run);
-    if (!status.ok()) break;
-    mapped.emplace_back(k, run->count);
-    for (uint32_t i = 0; i < run->count; ++i) {
-      Granule& granule = granules_[k + i];
-      Page& page = pool_.page(run->first + i);
-      LOOM_CHECK(page.live && page.static_granule == kNoGranule);
-      page.static_granule = k + i;
-      page.static_users = static_cast<uint32_t>(granule.partial.size()) +
-                          (granule.full ? 1 : 0);
-      granule.page = run->first + i;
-      ++backed_granules_;
-      backed_extent_ = std::max(backed_extent_, k + i + 1);
+    for (const PageRun& run : *runs) {
+      status = pool_.MapRun(base_ + k * granularity_, run);
+      if (!status.ok()) break;
+      mapped.emplace_back(k, run.count);
+      for (uint32_t i = 0; i < run.count; ++i) {
+        Granule& granule = granules_[k + i];
+        Page& page = pool_.page(run.first + i);
+        LOOM_CHECK(page.live && page.static_granule == kNoGranule);
+        page.static_granule = k + i;
+        page.static_users = static_cast<uint32_t>(granule.partial.size()) +
+                            (granule.full ? 1 : 0);
+        granule.page = run.first + i;
+        ++backed_granules_;
+        backed_extent_ = std::max(backed_extent_, k + i + 1);
+      }
+      k += run.count;
     }
-    k += run->count;
   }
   if (status.ok() && !mapped.empty()) {
     const uint32_t lo = mapped.front().first;
     const uint32_t hi = mapped.back().first + mapped.back().second;
-    status = driver_.SetAccess(base_ + lo * granularity_,
-                               (hi - lo) * granularity_, device_, pool_.peers());
+    status =
+        driver_.SetAccess(base_ + lo * granularity_, (hi - lo) * granularity_,
+                          device_, pool_.peers());
   }
   if (!status.ok()) Unback(mapped);
   return status;
 }
 
-std::vector<std::pair<DevicePtr, uint64_t>> StaticRegion::MappedRanges()
-    const {
+std::vector<std::pair<DevicePtr, uint64_t>> StaticRegion::MappedRanges() const {
   std::vector<std::pair<DevicePtr, uint64_t>> out;
   for (uint32_t k = 0; k < backed_extent_; ++k) {
     if (granules_[k].page == kNoPage) continue;

@@ -2,8 +2,9 @@
 //
 // One reservation of `region_bytes`, backed lazily: a granule gets a page
 // from the pool the first time a planned allocation occupies it (Back, with
-// the granules right after it that are still unbacked: a new chunk's pages
-// go in one map call) and keeps it for the region's life, so a repeating
+// the granules right after it that are still unbacked; each chunk mapped
+// whole, one map call each, and one set-access for all of them) and keeps
+// it for the region's life, so a repeating
 // workload backs its region during the first iteration and makes no driver
 // call after. Granules no allocation ever touches cost no memory (a plan
 // made for a larger run, requests that did not come). Planned allocations
@@ -33,10 +34,13 @@ namespace loom::vmm {
 class PageSource {
  public:
   virtual ~PageSource() = default;
-  // A run of live pages, mapped nowhere in the static region, for `wanted`
-  // consecutive granules: 1 to `max` pages (more than `wanted` only when
-  // they come cheap, e.g. the rest of a new chunk). OUT_OF_MEMORY if none.
-  virtual StatusOr<PageRun> Take(uint32_t wanted, uint32_t max) = 0;
+  // Live pages, mapped nowhere in the static region, for `wanted`
+  // consecutive granules from granule `first`: whole chunks, mapped in the
+  // order given, of 1 to `max` pages in all (more than `wanted` only to
+  // back the granules after the range, which the plan uses soon).
+  // OUT_OF_MEMORY if none.
+  virtual StatusOr<std::vector<PageRun>> Take(uint32_t first, uint32_t wanted,
+                                              uint32_t max) = 0;
 };
 
 class StaticRegion {
@@ -104,13 +108,14 @@ class StaticRegion {
   // Occupancy of one granule (hot: read on every planned hand-out).
   struct Granule {
     PageId page = kNoPage;  // kNoPage: not backed yet
-    bool full = false;  // one live allocation covers the whole granule
+    bool full = false;      // one live allocation covers the whole granule
     // Live static pieces covering part of the granule, [lo, hi) in bytes.
     std::vector<std::pair<uint32_t, uint32_t>> partial;
   };
   StaticRegion(Driver& driver, PagePool& pool, int device, DevicePtr base,
                uint64_t granularity);
-  // Unmaps granules [first, first + count) backed by Back (its undo).
+  // Unmaps the mappings made by Back, (first granule, pages) each (its
+  // undo).
   void Unback(const std::vector<std::pair<uint32_t, uint32_t>>& runs);
 
   Driver& driver_;

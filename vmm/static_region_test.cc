@@ -20,36 +20,42 @@ constexpr uint64_t kG = 64 << 10;
 // The region's size in the tests: 4 granules.
 constexpr uint64_t kRegion = 4 * kG;
 
-// Hands out the pages it was given, in order: as long a run of them as is
-// consecutive in one chunk, up to what Back asks for (`max`, or `wanted`
-// when `prefer_wanted`). Counts its calls; can run dry (OUT_OF_MEMORY).
+// Hands out the chunks of the pages it was given, in order, whole: as many
+// as fit in what Back asks for (`max`, or `wanted` when `prefer_wanted`).
+// Counts its calls; can run dry (OUT_OF_MEMORY).
 class FixedSource : public PageSource {
  public:
   FixedSource(PagePool& pool, std::vector<PageId> pages,
               bool prefer_wanted = false)
-      : pool_(pool),
-        pages_(pages.begin(), pages.end()),
-        prefer_wanted_(prefer_wanted) {}
-  StatusOr<PageRun> Take(uint32_t wanted, uint32_t max) override {
+      : prefer_wanted_(prefer_wanted) {
+    for (PageId id : pages) {
+      const PageRun chunk = pool.ChunkOf(id);
+      if (chunks_.empty() || chunks_.back().first != chunk.first) {
+        chunks_.push_back(chunk);
+      }
+    }
+  }
+  StatusOr<std::vector<PageRun>> Take(uint32_t, uint32_t wanted,
+                                      uint32_t max) override {
     ++calls;
     asked.emplace_back(wanted, max);
-    if (pages_.empty()) return OutOfMemoryError("no page left");
+    if (chunks_.empty()) return OutOfMemoryError("no page left");
     const uint32_t limit = prefer_wanted_ ? wanted : max;
-    uint32_t n = 1;
-    while (n < limit && n < pages_.size() && pages_[n] == pages_[0] + n &&
-           pool_.SameChunkRun(pages_[0], n + 1)) {
-      ++n;
+    std::vector<PageRun> out;
+    uint32_t n = 0;
+    while (!chunks_.empty() && n + chunks_.front().count <= limit) {
+      n += chunks_.front().count;
+      out.push_back(chunks_.front());
+      chunks_.pop_front();
     }
-    PageRun run{pages_[0], n};
-    pages_.erase(pages_.begin(), pages_.begin() + n);
-    return run;
+    if (out.empty()) return OutOfMemoryError("no chunk fits");
+    return out;
   }
   int calls = 0;
   std::vector<std::pair<uint32_t, uint32_t>> asked;
 
  private:
-  PagePool& pool_;
-  std::deque<PageId> pages_;
+  std::deque<PageRun> chunks_;
   bool prefer_wanted_;
 };
 
@@ -108,14 +114,14 @@ TEST_F(StaticRegionTest, CreationReservesAndBacksNothing) {
   EXPECT_EQ(driver_.contract_counts().reservations, 0u);
 }
 
-TEST_F(StaticRegionTest, BackingMapsARunInOneCallAndPrebacksWhatFollows) {
+TEST_F(StaticRegionTest, BackingMapsAChunkWholeAndPrebacksWhatFollows) {
   region_ = std::move(StaticRegion::Create(driver_, pool_, 0, kRegion)).value();
-  // One chunk of four pages: backing granule 1 for [kG + 100, +512) takes a
-  // run of them, mapped with one call, over granules 1..3 (the unbacked
-  // ones after it).
-  PageRun chunk = *pool_.GrowRun(4);
-  FixedSource source(
-      pool_, {chunk.first, chunk.first + 1, chunk.first + 2, chunk.first + 3});
+  // A chunk of three pages, then one of one page: backing granule 1 for
+  // [kG + 100, +512) takes the first chunk, mapped whole in one call, over
+  // granules 1..3 (the unbacked ones after it).
+  PageRun chunk = *pool_.GrowRun(3);
+  PageRun single = *pool_.GrowRun(1);
+  FixedSource source(pool_, {chunk.first, single.first});
   std::vector<std::pair<uint32_t, uint32_t>> asked;
   EXPECT_EQ(region_->TryOccupy(kG + 100, 512,
                                [&](Page&, uint32_t lo, uint32_t hi) {
@@ -144,11 +150,11 @@ TEST_F(StaticRegionTest, BackingMapsARunInOneCallAndPrebacksWhatFollows) {
   // no backing.
   EXPECT_EQ(region_->TryOccupy(2 * kG, 100, AnyPage),
             StaticRegion::Occupied::kYes);
-  // Granule 0 gets the last page; access is granted over what was mapped.
+  // Granule 0 gets the single page; access is granted over what was mapped.
   ASSERT_EQ(region_->TryOccupy(0, kG + 100, AnyPage),
             StaticRegion::Occupied::kNeedsBacking);
   ASSERT_TRUE(region_->Back(0, kG + 100, source).ok());
-  EXPECT_EQ(region_->page(0), chunk.first + 3);
+  EXPECT_EQ(region_->page(0), single.first);
   EXPECT_EQ(pool_.page(region_->page(1)).static_users, 2u);
   EXPECT_EQ(driver_.calls(DriverOp::kMap), 2u);
   EXPECT_EQ(driver_.calls(DriverOp::kSetAccess), 2u);
@@ -156,14 +162,30 @@ TEST_F(StaticRegionTest, BackingMapsARunInOneCallAndPrebacksWhatFollows) {
   region_->Release(kG + 100, 512, FreeTag{});
   region_->Release(2 * kG, 100, FreeTag{});
   region_->Release(0, kG + 100, FreeTag{});
-  // The destructor unmaps the backed stretch in one call (a union of whole
-  // mappings); the pages stay in the pool, spare.
+  // The destructor unmaps each mapping in a call of its own (CUDA unmaps
+  // exactly what one map mapped); the pages stay in the pool, spare.
   region_.reset();
-  EXPECT_EQ(driver_.calls(DriverOp::kUnmap), 1u);
+  EXPECT_EQ(driver_.calls(DriverOp::kUnmap), 2u);
   EXPECT_EQ(driver_.contract_counts().mappings, 0u);
-  for (uint32_t i = 0; i < 4; ++i) {
+  for (uint32_t i = 0; i < 3; ++i) {
     EXPECT_TRUE(pool_.page(chunk.first + i).spare());
   }
+  EXPECT_TRUE(pool_.page(single.first).spare());
+}
+
+TEST_F(StaticRegionTest, AChunkLargerThanTheRoomIsNotTaken) {
+  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, kRegion)).value();
+  PageRun chunk = *pool_.GrowRun(4);
+  FixedSource source(pool_, {chunk.first});
+  // Granule 3 alone: a chunk of four cannot be mapped there (only whole).
+  ASSERT_EQ(region_->TryOccupy(3 * kG, 100, AnyPage),
+            StaticRegion::Occupied::kNeedsBacking);
+  EXPECT_EQ(region_->Back(3 * kG, 100, source, /*limit=*/4).code(),
+            StatusCode::kOutOfMemory);
+  region_->Release(3 * kG, 100, FreeTag{});
+  EXPECT_EQ(driver_.calls(DriverOp::kMap), 0u);
+  EXPECT_EQ(region_->backed_bytes(), 0u);
+  region_->CheckInvariants();
 }
 
 TEST_F(StaticRegionTest, PagesOfSeveralChunksAreMappedRunByRun) {
@@ -462,7 +484,9 @@ TEST_F(StaticRegionDeathTest, ASourceGivingTooManyPagesAborts) {
   class Greedy : public PageSource {
    public:
     explicit Greedy(PageRun run) : run_(run) {}
-    StatusOr<PageRun> Take(uint32_t, uint32_t) override { return run_; }
+    StatusOr<std::vector<PageRun>> Take(uint32_t, uint32_t, uint32_t) override {
+      return std::vector<PageRun>{run_};
+    }
     PageRun run_;
   };
   Greedy greedy(*pool_.GrowRun(8));
