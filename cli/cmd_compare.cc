@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
+#include "cli/commands.h"
 #include "whatif/compare/compare.h"
 #include "whatif/loom/loom_factory.h"
 #include "whatif/loom/plan_source.h"
-#include "whatif/workloads/perturb.h"
 #include "whatif/sim/caching_config.h"
 #include "whatif/workloads/load.h"
-#include "cli/commands.h"
-#include "base/flags.h"
+#include "whatif/workloads/perturb.h"
 
 namespace loom::cli {
 namespace {
@@ -41,6 +41,7 @@ int RunCompare(const Args& args) {
   std::string series;
   uint64_t capacity = 0;
   std::string alloc_conf;
+  std::string address_order = "descending";
   std::string torch_version = "2.11";
   std::string allocators;
   uint64_t frag_limit = 512 * whatif::kMiB;
@@ -76,6 +77,11 @@ int RunCompare(const Args& args) {
   flags.AddString("alloc-conf", &alloc_conf,
                   "PyTorch allocator settings for the pytorch rows, e.g. "
                   "max_split_size_mb:128");
+  flags.AddString(
+      "address-order", &address_order,
+      "where the simulated driver puts new segments: descending (default: "
+      "below the earlier ones, which reproduces the H200's peaks) or "
+      "ascending; PyTorch breaks best-fit ties by address");
   flags.AddString("torch-version", &torch_version,
                   "PyTorch rules to follow: 2.4, 2.5, 2.6 .. 2.11 (default)");
   flags.AddString("allocators", &allocators,
@@ -129,8 +135,16 @@ int RunCompare(const Args& args) {
                  config.status().message().c_str());
     return 2;
   }
+  StatusOr<whatif::AddressOrder> order =
+      whatif::ParseAddressOrder(address_order);
+  if (!order.ok()) {
+    std::fprintf(stderr, "loom compare: --address-order: %s\n",
+                 order.status().message().c_str());
+    return 2;
+  }
   whatif::CompareOptions options;
   options.capacity = capacity;
+  options.address_order = *order;
   options.pytorch = *config;
   options.gmlake.frag_limit = frag_limit;
   options.gmlake.reuse_limit = reuse_limit;
@@ -169,9 +183,9 @@ int RunCompare(const Args& args) {
   const bool perturbed = perturb.any();
   const whatif::PlanSource source =
       named_source.has_value() ? *named_source
-      : perturbed              ? whatif::PlanSource{}
-                  : whatif::DefaultPlanSource(
-                        whatif::CountIterations(workload->trace));
+      : perturbed
+          ? whatif::PlanSource{}
+          : whatif::DefaultPlanSource(whatif::CountIterations(workload->trace));
   std::shared_ptr<const plan::Trace> plan_trace;
   if (!whatif::IsOracle(source, perturbed)) {
     StatusOr<plan::Trace> planning =
@@ -220,7 +234,8 @@ int RunCompare(const Args& args) {
                  comparison.status().message().c_str());
     return 1;
   }
-  if (perturbed) comparison->perturbation = whatif::FormatPerturbOptions(perturb);
+  if (perturbed)
+    comparison->perturbation = whatif::FormatPerturbOptions(perturb);
   if (!series.empty()) {
     std::ofstream out(series);
     out << whatif::FormatSeriesCsv(*comparison);

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <set>
 
-#include "whatif/sim/caching_allocator.h"
 #include "base/json.h"
 #include "base/text.h"
+#include "whatif/sim/caching_allocator.h"
 
 namespace loom::whatif {
 
@@ -59,7 +59,8 @@ StatusOr<Comparison> Compare(const plan::Trace& trace, std::string input,
   comparison.provenance = trace.header.provenance;
   comparison.summary = Summarize(trace);
   comparison.capacity = options.capacity;
-  SimOptions sim{options.capacity};
+  comparison.address_order = options.address_order;
+  SimOptions sim{options.capacity, options.address_order};
   ReplayOptions replay;
   replay.max_samples = options.max_samples;
   replay.check_invariants = options.check_invariants;
@@ -107,12 +108,14 @@ std::string FormatTable(const Comparison& c) {
       s.events, s.allocs, s.iterations, s.iterations == 1 ? "" : "s", s.streams,
       s.streams == 1 ? "" : "s", FormatBytes(s.max_request));
   if (!c.perturbation.empty()) {
-    out += fmt::format("perturbed: {} (every allocator replays the same "
-                       "perturbed trace)\n",
-                       c.perturbation);
+    out += fmt::format(
+        "perturbed: {} (every allocator replays the same "
+        "perturbed trace)\n",
+        c.perturbation);
   }
-  out += fmt::format("device capacity: {}\n",
-                     c.capacity == 0 ? "unlimited" : FormatBytes(c.capacity));
+  out += fmt::format("device capacity: {}; new address ranges {}\n",
+                     c.capacity == 0 ? "unlimited" : FormatBytes(c.capacity),
+                     AddressOrderName(c.address_order));
   for (size_t i = 0; i < c.rows.size() && i < c.plan_from.size(); ++i) {
     if (!c.plan_from[i].empty()) {
       out += fmt::format("{} planned from: {}\n", c.rows[i].allocator,

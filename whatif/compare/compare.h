@@ -22,12 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+#include "plan/trace/trace.h"
 #include "whatif/sim/caching_config.h"
 #include "whatif/sim/gmlake_allocator.h"
 #include "whatif/sim/replay.h"
 #include "whatif/sim/sim_allocator.h"
-#include "base/status.h"
-#include "plan/trace/trace.h"
 
 namespace loom::whatif {
 
@@ -43,6 +43,8 @@ struct AllocatorFactory {
 
 struct CompareOptions {
   uint64_t capacity = 0;  // device memory in bytes, 0 = unlimited
+  // Where the simulated driver puts new address ranges (sim/device.h).
+  AddressOrder address_order = AddressOrder::kDescending;
   // Settings of both PyTorch rows (expandable_segments is forced off for
   // "pytorch" and on for "pytorch_expandable").
   CachingConfig pytorch;
@@ -69,9 +71,10 @@ struct Comparison {
   std::string provenance;  // the trace header's
   TraceSummary summary;
   uint64_t capacity = 0;
-  std::vector<ReplayResult> rows;  // one per allocator, in factory order
+  AddressOrder address_order = AddressOrder::kDescending;
+  std::vector<ReplayResult> rows;      // one per allocator, in factory order
   std::vector<std::string> plan_from;  // per row: its factory's plan_from
-  std::string perturbation;  // how the input was perturbed, if it was
+  std::string perturbation;            // how the input was perturbed, if it was
 };
 
 // Replays `trace` through each allocator. Errors: the trace's (replay.h) or

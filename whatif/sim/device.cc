@@ -21,14 +21,41 @@ std::optional<uint64_t> RoundUp(uint64_t size) {
 
 }  // namespace
 
-SimDevice::SimDevice(uint64_t capacity)
-    : capacity_(capacity == 0 ? kUnlimitedCapacity : capacity) {
+StatusOr<AddressOrder> ParseAddressOrder(std::string_view text) {
+  if (text == "descending") return AddressOrder::kDescending;
+  if (text == "ascending") return AddressOrder::kAscending;
+  return InvalidArgumentError(
+      "address order '{}' is not descending or ascending", text);
+}
+
+std::string_view AddressOrderName(AddressOrder order) {
+  return order == AddressOrder::kDescending ? "descending" : "ascending";
+}
+
+SimDevice::SimDevice(uint64_t capacity, AddressOrder order)
+    : capacity_(capacity == 0 ? kUnlimitedCapacity : capacity), order_(order) {
   free_ranges_[kAddressBase] = kAddressLimit;
 }
 
 std::optional<uint64_t> SimDevice::TakeAddress(uint64_t size) {
   std::optional<uint64_t> rounded = RoundUp(size);
   if (!rounded) return std::nullopt;
+  if (order_ == AddressOrder::kDescending) {
+    for (auto it = free_ranges_.rbegin(); it != free_ranges_.rend(); ++it) {
+      const uint64_t start = it->first;
+      const uint64_t end = it->second;
+      if (end - start < *rounded) continue;
+      const uint64_t taken = end - *rounded;
+      if (taken == start) {
+        free_ranges_.erase(std::next(it).base());
+      } else {
+        it->second = taken;
+      }
+      taken_[taken] = *rounded;
+      return taken;
+    }
+    return std::nullopt;
+  }
   for (auto it = free_ranges_.begin(); it != free_ranges_.end(); ++it) {
     uint64_t start = it->first;
     uint64_t end = it->second;

@@ -12,7 +12,7 @@ namespace loom::whatif {
 GmlakeAllocator::GmlakeAllocator(const GmlakeOptions& gmlake,
                                  const SimOptions& options)
     : options_(gmlake),
-      device_(options.capacity),
+      device_(options.capacity, options.address_order),
       blocks_({.max_split_size = gmlake.max_split_size,
                .max_non_split_rounding = kLargeBuffer,  // PyTorch 2.0
                .min_large_remainder = kChunk},          // whole chunks
