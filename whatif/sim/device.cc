@@ -96,7 +96,7 @@ void SimDevice::ReturnAddress(uint64_t address, uint64_t size) {
 }
 
 std::optional<uint64_t> SimDevice::Malloc(uint64_t size) {
-  ++calls_.malloc;
+  calls_.Add(DriverCallKind::kMalloc, 1, size);
   if (size > physical_free()) return std::nullopt;
   std::optional<uint64_t> address = TakeAddress(size);
   if (!address) return std::nullopt;
@@ -105,32 +105,32 @@ std::optional<uint64_t> SimDevice::Malloc(uint64_t size) {
 }
 
 void SimDevice::Free(uint64_t address, uint64_t size) {
-  ++calls_.free;
+  calls_.Add(DriverCallKind::kFree, 1, size);
   LOOM_CHECK_LE(size, physical_used_);
   ReturnAddress(address, size);
   physical_used_ -= size;
 }
 
 bool SimDevice::CreateHandle(uint64_t size) {
-  ++calls_.mem_create;
+  calls_.Add(DriverCallKind::kMemCreate, 1, size);
   if (size > physical_free()) return false;
   physical_used_ += size;
   return true;
 }
 
 void SimDevice::ReleaseHandle(uint64_t size) {
-  ++calls_.mem_release;
+  calls_.Add(DriverCallKind::kMemRelease, 1, size);
   LOOM_CHECK_LE(size, physical_used_);
   physical_used_ -= size;
 }
 
 std::optional<uint64_t> SimDevice::ReserveAddress(uint64_t size) {
-  ++calls_.address_reserve;
+  calls_.Add(DriverCallKind::kAddressReserve, 1, size);
   return TakeAddress(size);
 }
 
 void SimDevice::FreeAddress(uint64_t address, uint64_t size) {
-  ++calls_.address_free;
+  calls_.Add(DriverCallKind::kAddressFree, 1, size);
   ReturnAddress(address, size);
 }
 

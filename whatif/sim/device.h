@@ -95,9 +95,16 @@ class SimDevice {
 
   // Counters only (mapping needs no bookkeeping here: the allocators own
   // their page tables and are checked against physical_used()).
-  void CountMap(uint64_t calls) { calls_.mem_map += calls; }
-  void CountUnmap(uint64_t calls) { calls_.mem_unmap += calls; }
-  void CountSetAccess(uint64_t calls) { calls_.set_access += calls; }
+  // `calls` calls, each covering `bytes`.
+  void CountMap(uint64_t calls, uint64_t bytes) {
+    calls_.Add(DriverCallKind::kMemMap, calls, bytes);
+  }
+  void CountUnmap(uint64_t calls, uint64_t bytes) {
+    calls_.Add(DriverCallKind::kMemUnmap, calls, bytes);
+  }
+  void CountSetAccess(uint64_t calls, uint64_t bytes) {
+    calls_.Add(DriverCallKind::kSetAccess, calls, bytes);
+  }
   void CountSynchronize() { ++calls_.synchronize; }
 
  private:
