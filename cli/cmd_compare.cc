@@ -1,7 +1,8 @@
 // `loom compare`: replays one workload through the simulated baseline
 // allocators (PyTorch's caching allocator, expandable segments, a
 // GMLake-style stitcher) and reports peak allocated/reserved memory,
-// efficiency, fragmentation and driver calls (whatif/compare/compare.h).
+// efficiency, fragmentation, driver calls and the driver time they stand
+// for (whatif/compare/compare.h).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -9,14 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
+#include "cli/commands.h"
 #include "whatif/compare/compare.h"
 #include "whatif/loom/loom_factory.h"
 #include "whatif/loom/plan_source.h"
-#include "whatif/workloads/perturb.h"
 #include "whatif/sim/caching_config.h"
 #include "whatif/workloads/load.h"
-#include "cli/commands.h"
-#include "base/flags.h"
+#include "whatif/workloads/perturb.h"
 
 namespace loom::cli {
 namespace {
@@ -41,6 +42,8 @@ int RunCompare(const Args& args) {
   std::string series;
   uint64_t capacity = 0;
   std::string alloc_conf;
+  std::string address_order = "descending";
+  std::string driver_costs;
   std::string torch_version = "2.11";
   std::string allocators;
   uint64_t frag_limit = 512 * whatif::kMiB;
@@ -62,7 +65,9 @@ int RunCompare(const Args& args) {
       "own run-time allocator (on the fake driver; `loom` plans the trace "
       "first, `loom_unplanned` serves everything from its dynamic space), and "
       "compares peak allocated and reserved memory, efficiency (peak "
-      "allocated / peak reserved), fragmentation and driver calls.\n<input> "
+      "allocated / peak reserved), fragmentation, driver calls and the "
+      "driver time they stand for at per-call costs measured on a GPU "
+      "(warm-up and steady state).\n<input> "
       "is a loom trace, a PyTorch snapshot (converted by the front end), a "
       "MiniMalloc CSV or one of " +
           builtins + " (options: builtin:moe:layers=4,seed=7).");
@@ -76,6 +81,15 @@ int RunCompare(const Args& args) {
   flags.AddString("alloc-conf", &alloc_conf,
                   "PyTorch allocator settings for the pytorch rows, e.g. "
                   "max_split_size_mb:128");
+  flags.AddString(
+      "address-order", &address_order,
+      "where the simulated driver puts new segments: descending (default: "
+      "below the earlier ones, which reproduces the H200's peaks) or "
+      "ascending; PyTorch breaks best-fit ties by address");
+  flags.AddString(
+      "driver-costs", &driver_costs,
+      "price driver calls with these per-call costs: the JSON of "
+      "bench/gpu/driver_costs --json (default: the H200's, embedded)");
   flags.AddString("torch-version", &torch_version,
                   "PyTorch rules to follow: 2.4, 2.5, 2.6 .. 2.11 (default)");
   flags.AddString("allocators", &allocators,
@@ -129,8 +143,26 @@ int RunCompare(const Args& args) {
                  config.status().message().c_str());
     return 2;
   }
+  StatusOr<whatif::AddressOrder> order =
+      whatif::ParseAddressOrder(address_order);
+  if (!order.ok()) {
+    std::fprintf(stderr, "loom compare: --address-order: %s\n",
+                 order.status().message().c_str());
+    return 2;
+  }
   whatif::CompareOptions options;
   options.capacity = capacity;
+  options.address_order = *order;
+  if (!driver_costs.empty()) {
+    StatusOr<whatif::DriverCostTable> table =
+        whatif::ReadDriverCosts(driver_costs);
+    if (!table.ok()) {
+      std::fprintf(stderr, "loom compare: %s\n",
+                   table.status().message().c_str());
+      return 1;
+    }
+    options.driver_costs = *std::move(table);
+  }
   options.pytorch = *config;
   options.gmlake.frag_limit = frag_limit;
   options.gmlake.reuse_limit = reuse_limit;
@@ -169,9 +201,9 @@ int RunCompare(const Args& args) {
   const bool perturbed = perturb.any();
   const whatif::PlanSource source =
       named_source.has_value() ? *named_source
-      : perturbed              ? whatif::PlanSource{}
-                  : whatif::DefaultPlanSource(
-                        whatif::CountIterations(workload->trace));
+      : perturbed
+          ? whatif::PlanSource{}
+          : whatif::DefaultPlanSource(whatif::CountIterations(workload->trace));
   std::shared_ptr<const plan::Trace> plan_trace;
   if (!whatif::IsOracle(source, perturbed)) {
     StatusOr<plan::Trace> planning =
@@ -220,7 +252,8 @@ int RunCompare(const Args& args) {
                  comparison.status().message().c_str());
     return 1;
   }
-  if (perturbed) comparison->perturbation = whatif::FormatPerturbOptions(perturb);
+  if (perturbed)
+    comparison->perturbation = whatif::FormatPerturbOptions(perturb);
   if (!series.empty()) {
     std::ofstream out(series);
     out << whatif::FormatSeriesCsv(*comparison);

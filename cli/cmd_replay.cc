@@ -1,23 +1,24 @@
 // `loom replay`: runs a trace through loom's run-time allocator.
 #include <cstdio>
 
-#include "whatif/loom/loom_sim_allocator.h"
-#include "whatif/loom/plan_source.h"
-#include "whatif/loom/self_plan.h"
-#include "whatif/workloads/perturb.h"
-#include "whatif/sim/replay.h"
-#include "whatif/workloads/load.h"
-#include "cli/commands.h"
 #include "base/flags.h"
 #include "base/json.h"
 #include "base/text.h"
+#include "cli/commands.h"
 #include "vmm/plan_loader.h"
+#include "whatif/compare/compare.h"
+#include "whatif/loom/loom_sim_allocator.h"
+#include "whatif/loom/plan_source.h"
+#include "whatif/loom/self_plan.h"
+#include "whatif/sim/replay.h"
+#include "whatif/workloads/load.h"
+#include "whatif/workloads/perturb.h"
 
 namespace loom::cli {
 
 int RunReplay(const Args& args) {
   std::string input, plan_path, backend = "fake", scope = "auto";
-  std::string plan_from, perturb_text;
+  std::string plan_from, perturb_text, driver_costs;
   bool self_plan = false, check_data = false, check_invariants = false,
        json = false;
   uint64_t granularity = uint64_t{2} << 20, capacity = 0;
@@ -30,8 +31,10 @@ int RunReplay(const Args& args) {
       "--self-plan to plan the trace first), planned requests are served from "
       "the static region and the rest from the dynamic space; without one, "
       "everything is served from the dynamic space (record mode). Reports "
-      "peak allocated/reserved bytes, efficiency, plan hits and misses, and "
-      "driver calls; --check-data (host backend) stamps every allocation with "
+      "peak allocated/reserved bytes, efficiency, plan hits and misses, "
+      "driver calls and the driver time they stand for (warm-up and steady "
+      "state, at the H200's per-call costs or --driver-costs); --check-data "
+      "(host backend) stamps every allocation with "
       "a pattern of its own and verifies it at its free.");
   flags.AddPositional("input", &input, "the workload");
   flags.AddString("plan", &plan_path, "plan file to serve");
@@ -57,12 +60,23 @@ int RunReplay(const Args& args) {
                 "device granularity (default 2MiB)");
   flags.AddSize("capacity", &capacity,
                 "device memory (default: 1 TiB fake, 80 GiB host)");
+  flags.AddString(
+      "driver-costs", &driver_costs,
+      "price driver calls with these per-call costs: the JSON of "
+      "bench/gpu/driver_costs --json (default: the H200's, embedded)");
   flags.AddBool("json", &json, "print JSON");
   if (auto exit = flags.Parse(args)) return *exit;
   auto fail = [](const Status& status) {
     std::fprintf(stderr, "loom replay: %s\n", status.message().c_str());
     return 1;
   };
+  whatif::DriverCostTable costs = whatif::H200DriverCosts();
+  if (!driver_costs.empty()) {
+    StatusOr<whatif::DriverCostTable> table =
+        whatif::ReadDriverCosts(driver_costs);
+    if (!table.ok()) return fail(table.status());
+    costs = *std::move(table);
+  }
   if (check_data && backend == "fake") backend = "host";
   if (static_cast<int>(!plan_path.empty()) + static_cast<int>(self_plan) +
           static_cast<int>(!plan_from.empty()) >
@@ -121,16 +135,15 @@ int RunReplay(const Args& args) {
     StatusOr<whatif::SelfPlan> planned =
         whatif::PlanTraceForRuntime(*planning_trace, plan_options);
     if (!planned.ok()) return fail(planned.status().WithContext("planning"));
-    plan_note =
-        fmt::format("planned from {}: the {} ({}, peak {} = {:.4f} x lower "
-                    "bound)",
-                    whatif::DescribePlanSource(source, perturb.any()),
-                    planned->note, planned->result.algorithm,
-                    FormatBytes(planned->result.peak_bytes),
-                    planned->result.lower_bound_bytes == 0
-                        ? 1.0
-                        : static_cast<double>(planned->result.peak_bytes) /
-                              planned->result.lower_bound_bytes);
+    plan_note = fmt::format(
+        "planned from {}: the {} ({}, peak {} = {:.4f} x lower "
+        "bound)",
+        whatif::DescribePlanSource(source, perturb.any()), planned->note,
+        planned->result.algorithm, FormatBytes(planned->result.peak_bytes),
+        planned->result.lower_bound_bytes == 0
+            ? 1.0
+            : static_cast<double>(planned->result.peak_bytes) /
+                  planned->result.lower_bound_bytes);
     plan_seconds = planned->result.seconds;
     options.plan = std::move(planned->runtime);
   }
@@ -163,8 +176,8 @@ int RunReplay(const Args& args) {
     w.Key("input").String(input);
     w.Key("plan").String(plan_note);
     if (self_plan) {
-      w.Key("plan_from").String(
-          whatif::DescribePlanSource(source, perturb.any()));
+      w.Key("plan_from")
+          .String(whatif::DescribePlanSource(source, perturb.any()));
     }
     if (perturb.any()) {
       w.Key("perturbation").String(whatif::FormatPerturbOptions(perturb));
@@ -187,6 +200,16 @@ int RunReplay(const Args& args) {
       w.Key(name).Uint(count);
     w.EndObject();
     if (has_steady) w.Key("steady_driver_calls").Uint(steady);
+    w.Key("warmup_driver_calls_by_kind");
+    whatif::DriverCallsJson(w, result->warmup_driver_calls);
+    w.Key("steady_driver_calls_by_kind");
+    if (result->has_steady) {
+      whatif::DriverCallsJson(w, result->steady_driver_calls);
+    } else {
+      w.Null();
+    }
+    w.Key("driver_time");
+    whatif::DriverTimeJson(w, *result, costs);
     w.Key("corrupted").Uint((*loom)->corrupted());
     w.Key("data_checked").Bool(check_data);
     w.Key("oom").Bool(result->oom);
@@ -221,6 +244,9 @@ int RunReplay(const Args& args) {
                   static_cast<unsigned long long>(steady));
     }
     std::printf("\n");
+    std::printf(
+        "driver time    %s\n               at the per-call medians of %s\n",
+        whatif::DriverTimeLine(*result, costs).c_str(), costs.source.c_str());
     if (check_data) {
       std::printf("corrupted      %llu allocations\n",
                   static_cast<unsigned long long>((*loom)->corrupted()));

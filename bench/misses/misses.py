@@ -16,7 +16,10 @@ Usage (repository root, after `bazel build //cli:loom_tool
     .venv/bin/python bench/misses/misses.py [--quick] [--out FILE] [--json FILE]
 
 `--quick` runs the short suite that `./loom test` runs
-(tests/python/test_misses_suite.py). Writes the Markdown table and its
+(tests/python/test_misses_suite.py). Driver time: what loom's and expandable
+segments' driver calls take at the H200's per-call costs (loom_tool's
+embedded table; loom's calls priced at the granule, vmm not recording their
+sizes), before the last complete iteration and during it. Writes the Markdown table and its
 summary to stdout, or into FILE between the lines `<!-- misses:begin -->`
 and `<!-- misses:end -->` (the rest of FILE, the text around the table, is
 kept); --json writes the raw rows.
@@ -131,6 +134,7 @@ def measure(label, spec, extra, time_limit):
         "peak_reserved_bytes": {a: by[a]["peak_reserved_bytes"] for a in by},
         "best_baseline": best,
         "driver_calls": {a: by[a]["driver_calls"]["total"] for a in by},
+        "driver_time": {a: by[a]["driver_time"] for a in by},
         "loom_steady_driver_calls": c.get("steady_driver_calls"),
         "loom_counters": c,
         "hit_rate": hits / (hits + misses) if hits + misses else None,
@@ -146,6 +150,23 @@ MOE_ROW = ("moe", "mixtral", "qwen3_moe", "deepseek")
 
 def pct(x):
     return f"{100 * x:.2f}%"
+
+
+def micros(us):
+    """812 us, 12.4 ms, 3.05 s (as loom_tool prints them)."""
+    if us < 1000:
+        return f"{us:.0f} us"
+    if us < 1e6:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us / 1e6:.2f} s"
+
+
+def driver_time(r, allocator):
+    """Warm-up / steady-state driver time of one row's allocator, at the
+    per-call costs loom_tool used (the H200's unless --driver-costs)."""
+    t = r["driver_time"][allocator]
+    steady = "-" if t["steady_us"] is None else micros(t["steady_us"])
+    return f"{micros(t['warmup_us'])} / {steady}"
 
 
 def verdicts(r):
@@ -186,8 +207,10 @@ def table(results):
     lines = [
         "| row | peak alloc (GiB) | pytorch | expandable | gmlake | loom "
         "| loom unplanned | loom - best | hit rate | loom driver calls (all / "
-        "last iteration) | expandable's | corrupted (host) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "last iteration) | expandable's | loom driver time (warm-up / "
+        "steady) | expandable's | corrupted (host) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "---:|",
     ]
     for r in results:
         e = r["efficiency"]
@@ -203,6 +226,8 @@ def table(results):
             f"| {'-' if r['hit_rate'] is None else pct(r['hit_rate'])} "
             f"| {calls} / {'-' if steady is None else steady} "
             f"| {r['driver_calls']['pytorch_expandable']} "
+            f"| {driver_time(r, 'loom')} "
+            f"| {driver_time(r, 'pytorch_expandable')} "
             f"| {r['host_corrupted']} |")
     return "\n".join(lines) + "\n\n" + summary(results)
 

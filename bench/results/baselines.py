@@ -9,7 +9,11 @@ group. Usage (from the repository root, after `bazel build //cli:loom_tool`):
 
 Arguments after the script's name are passed to every `compare` call, e.g.
 `--plan-from self` (loom planned from the measured trace itself, the
-oracle rows of earlier versions of this file).
+oracle rows of earlier versions of this file) or `--driver-costs FILE`
+(another GPU's per-call costs). The driver-time column is what each row's
+driver calls take at those costs (the H200's by default), before the last
+complete iteration (warm-up) and during it (steady state; "-" for inputs
+without iterations).
 """
 
 import json
@@ -42,6 +46,27 @@ def mib(n):
     return f"{n / (1 << 20):,.1f}"
 
 
+def micros(us):
+    """812 us, 12.4 ms, 3.05 s (as loom_tool prints them)."""
+    if us < 1000:
+        return f"{us:.0f} us"
+    if us < 1e6:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us / 1e6:.2f} s"
+
+
+def driver_time(row):
+    """Warm-up / steady-state driver time of a compare row, at the per-call
+    costs loom_tool priced it with (the H200's by default): ">=" when some
+    calls have no measured cost (cudaMalloc), "n/a" when none has."""
+    t = row["driver_time"]
+    if not t["complete"] and t["total_us"] == 0:
+        return "n/a (cudaMalloc)"
+    prefix = "" if t["complete"] else ">= "
+    steady = "-" if t["steady_us"] is None else micros(t["steady_us"])
+    return f"{prefix}{micros(t['warmup_us'])} / {steady}"
+
+
 EXTRA = sys.argv[1:]
 
 
@@ -58,8 +83,9 @@ def main():
     for title, inputs in GROUPS:
         print(f"### {title}\n")
         print("| input | peak alloc (MiB) | allocator | peak reserved (MiB) "
-              "| efficiency | own alloc peak (MiB) | driver calls | notes |")
-        print("|---|---:|---|---:|---:|---:|---:|---|")
+              "| efficiency | own alloc peak (MiB) | driver calls "
+              "| driver time (warm-up / steady) | notes |")
+        print("|---|---:|---|---:|---:|---:|---:|---:|---|")
         for item in inputs:
             spec, extra = (item if isinstance(item, tuple) else (item, []))
             rows = run(spec, extra)
@@ -84,7 +110,8 @@ def main():
                       f"| {r['allocator']} | {mib(r['peak_reserved_bytes'])} "
                       f"| {100 * r['efficiency']:.2f}% "
                       f"| {mib(r['allocator_peak_allocated_bytes'])} "
-                      f"| {r['driver_calls']['total']} | {'; '.join(notes)} |")
+                      f"| {r['driver_calls']['total']} | {driver_time(r)} "
+                      f"| {'; '.join(notes)} |")
         print()
 
 

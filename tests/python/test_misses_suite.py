@@ -29,6 +29,11 @@ def test_quick_suite_meets_its_targets(tmp_path):
     moe = rows["builtin:moe_comm planned from seed 2"]
     assert moe["efficiency"]["loom"] >= 0.98
     assert moe["loom_steady_driver_calls"] == 0
+    # Driver time beside the calls: none in the steady state.
+    assert moe["driver_time"]["loom"]["steady_us"] == 0
+    assert moe["driver_time"]["loom"]["warmup_us"] > 0
+    assert "| loom driver time (warm-up / steady) | expandable's |" in \
+        done.stdout
     # Warm-up: at most twice expandable segments' driver calls.
     assert moe["driver_calls"]["loom"] <= 2 * \
         moe["driver_calls"]["pytorch_expandable"]

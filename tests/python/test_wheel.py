@@ -53,7 +53,8 @@ def test_the_wheel_holds_the_package_and_the_binaries(wheel):
     assert sources <= set(modes), sources - set(modes)
     for binary in ("libloom.so", "loom_tool"):
         assert modes[f"loom/_bundled/{binary}"] & 0o111, binary
-    assert "loom/_bundled/data/gpt2small_train_step.ltt" in modes
+    for data in ("gpt2small_train_step.ltt", "llama1b.ltb", "measured.json"):
+        assert f"loom/_bundled/data/{data}" in modes
     assert not [n for n in modes if "__pycache__" in n or n.endswith(".pyc")]
 
 

@@ -31,7 +31,13 @@ ROOT = HERE.parent.parent
 PACKAGE = ROOT / "torch_plugin" / "loom"
 BINARIES = (ROOT / "bazel-bin" / "torch_plugin" / "libloom.so",
             ROOT / "bazel-bin" / "cli" / "loom_tool")
-DATA = (ROOT / "bench" / "data" / "traces" / "gpt2small_train_step.ltt",)
+# `loom demo`'s inputs (torch_plugin/loom/tools/demo.py), bundled flat under
+# _bundled/data/ (loom._paths.data_file looks them up by name).
+DATA = (ROOT / "bench" / "data" / "traces" / "gpt2small_train_step.ltt",
+        ROOT / "bench" / "data" / "traces" / "gpu" / "h200_2026-11-26" /
+        "llama1b.ltb",
+        ROOT / "bench" / "data" / "traces" / "gpu" / "h200_2026-11-26" /
+        "measured.json")
 # Libraries every Linux system with a C++ runtime has: never bundled.
 RUNTIME = re.compile(r"^(linux-vdso|linux-gate|ld-linux.*|libc|libm|"
                      r"libpthread|libdl|librt|libutil|libresolv|libstdc\+\+|"

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <set>
 
-#include "whatif/sim/caching_allocator.h"
 #include "base/json.h"
 #include "base/text.h"
+#include "whatif/sim/caching_allocator.h"
 
 namespace loom::whatif {
 
@@ -59,7 +59,9 @@ StatusOr<Comparison> Compare(const plan::Trace& trace, std::string input,
   comparison.provenance = trace.header.provenance;
   comparison.summary = Summarize(trace);
   comparison.capacity = options.capacity;
-  SimOptions sim{options.capacity};
+  comparison.address_order = options.address_order;
+  comparison.driver_costs = options.driver_costs;
+  SimOptions sim{options.capacity, options.address_order};
   ReplayOptions replay;
   replay.max_samples = options.max_samples;
   replay.check_invariants = options.check_invariants;
@@ -94,7 +96,72 @@ std::string CallsByKind(const DriverCalls& calls) {
   return out.empty() ? "none" : out;
 }
 
+// The main table's driver-time cell: ">=" when some calls are unpriced,
+// "n/a" when none is priced.
+std::string TimeCell(const DriverTime& t) {
+  if (t.priced_calls == 0 && t.unpriced_calls > 0) return "n/a";
+  return (t.complete() ? "" : ">= ") + FormatMicros(t.us);
+}
+
 }  // namespace
+
+void DriverCallsJson(JsonWriter& w, const DriverCalls& calls) {
+  w.BeginObject();
+  w.Key("total").Uint(calls.total());
+  for (const auto& [name, count] : calls.Named()) w.Key(name).Uint(count);
+  w.EndObject();
+}
+
+void DriverTimeJson(JsonWriter& w, const ReplayResult& row,
+                    const DriverCostTable& costs) {
+  const DriverTime total = PriceDriverCalls(row.driver_calls, costs);
+  w.BeginObject();
+  w.Key("costs").String(costs.source);
+  w.Key("total_us").Double(total.us);
+  w.Key("warmup_us")
+      .Double(PriceDriverCalls(row.warmup_driver_calls, costs).us);
+  w.Key("steady_us");
+  if (row.has_steady) {
+    w.Double(PriceDriverCalls(row.steady_driver_calls, costs).us);
+  } else {
+    w.Null();
+  }
+  w.Key("complete").Bool(total.complete());
+  w.Key("unpriced_calls").Uint(total.unpriced_calls);
+  w.Key("unpriced_kinds").BeginArray();
+  for (const std::string& kind : total.unpriced_kinds) w.String(kind);
+  w.EndArray();
+  w.Key("unsized_calls").Uint(total.unsized_calls);
+  w.EndObject();
+}
+
+std::string DriverTimeLine(const ReplayResult& row,
+                           const DriverCostTable& costs) {
+  const DriverTime warm = PriceDriverCalls(row.warmup_driver_calls, costs);
+  std::string out = fmt::format(
+      "warm-up {} calls {}", row.warmup_driver_calls.total(), TimeCell(warm));
+  if (row.has_steady) {
+    const DriverTime steady = PriceDriverCalls(row.steady_driver_calls, costs);
+    out += fmt::format("; steady {} calls {} per iteration",
+                       row.steady_driver_calls.total(), TimeCell(steady));
+  } else {
+    out += "; steady: no complete iteration";
+  }
+  const DriverTime total = PriceDriverCalls(row.driver_calls, costs);
+  if (!total.complete()) {
+    std::string kinds;
+    for (const std::string& kind : total.unpriced_kinds) {
+      kinds += (kinds.empty() ? "" : ", ") + kind;
+    }
+    out += fmt::format(" ({} calls unpriced: no cost for {})",
+                       total.unpriced_calls, kinds);
+  }
+  if (total.unsized_calls > 0) {
+    out += fmt::format(" (sizes not recorded: priced at {})",
+                       FormatBytes(costs.smallest_bytes()));
+  }
+  return out;
+}
 
 std::string FormatTable(const Comparison& c) {
   std::string out;
@@ -107,12 +174,14 @@ std::string FormatTable(const Comparison& c) {
       s.events, s.allocs, s.iterations, s.iterations == 1 ? "" : "s", s.streams,
       s.streams == 1 ? "" : "s", FormatBytes(s.max_request));
   if (!c.perturbation.empty()) {
-    out += fmt::format("perturbed: {} (every allocator replays the same "
-                       "perturbed trace)\n",
-                       c.perturbation);
+    out += fmt::format(
+        "perturbed: {} (every allocator replays the same "
+        "perturbed trace)\n",
+        c.perturbation);
   }
-  out += fmt::format("device capacity: {}\n",
-                     c.capacity == 0 ? "unlimited" : FormatBytes(c.capacity));
+  out += fmt::format("device capacity: {}; new address ranges {}\n",
+                     c.capacity == 0 ? "unlimited" : FormatBytes(c.capacity),
+                     AddressOrderName(c.address_order));
   for (size_t i = 0; i < c.rows.size() && i < c.plan_from.size(); ++i) {
     if (!c.plan_from[i].empty()) {
       out += fmt::format("{} planned from: {}\n", c.rows[i].allocator,
@@ -121,26 +190,37 @@ std::string FormatTable(const Comparison& c) {
   }
   out += "\n";
   const std::string header =
-      fmt::format("{:<20} {:>14} {:>14} {:>14} {:>11} {:>14} {:>8}\n",
+      fmt::format("{:<20} {:>14} {:>14} {:>14} {:>11} {:>14} {:>8} {:>12}\n",
                   "allocator", "peak alloc", "own alloc peak", "peak reserved",
-                  "efficiency", "fragmentation", "driver");
+                  "efficiency", "fragmentation", "driver", "driver time");
   out += header;
   out += std::string(header.size() - 1, '-') + "\n";
   for (const ReplayResult& r : c.rows) {
     out += fmt::format(
-        "{:<20} {:>14} {:>14} {:>14} {:>11} {:>14} {:>8}{}\n", r.allocator,
-        FormatBytes(r.peak_requested), FormatBytes(r.peak_allocated),
-        FormatBytes(r.peak_reserved), Percent(r.efficiency()),
-        Percent(r.fragmentation()), r.driver_calls.total(),
+        "{:<20} {:>14} {:>14} {:>14} {:>11} {:>14} {:>8} {:>12}{}\n",
+        r.allocator, FormatBytes(r.peak_requested),
+        FormatBytes(r.peak_allocated), FormatBytes(r.peak_reserved),
+        Percent(r.efficiency()), Percent(r.fragmentation()),
+        r.driver_calls.total(),
+        TimeCell(PriceDriverCalls(r.driver_calls, c.driver_costs)),
         r.oom ? fmt::format("  OOM at event {}", r.oom_event) : "");
   }
   out +=
       "\npeak alloc = peak of live requested bytes (the same trace for "
       "all);\nefficiency = peak alloc / peak reserved; driver = driver "
-      "calls made.\n\ndriver calls by kind:\n";
+      "calls made;\ndriver time = what those calls take at the measured "
+      "per-call costs below.\n\ndriver calls by kind:\n";
   for (const ReplayResult& r : c.rows) {
     out +=
         fmt::format("  {:<20} {}\n", r.allocator, CallsByKind(r.driver_calls));
+  }
+  out += fmt::format(
+      "\ndriver time, warm-up (before the last complete iteration) and "
+      "steady state (that iteration),\nat the per-call medians of {}:\n",
+      c.driver_costs.source);
+  for (const ReplayResult& r : c.rows) {
+    out += fmt::format("  {:<20} {}\n", r.allocator,
+                       DriverTimeLine(r, c.driver_costs));
   }
   std::string notes;
   for (const ReplayResult& r : c.rows) {
@@ -182,12 +262,18 @@ std::string FormatJson(const Comparison& c) {
         .Uint(r.peak_reserved > r.peak_requested
                   ? r.peak_reserved - r.peak_requested
                   : 0);
-    w.Key("driver_calls").BeginObject();
-    w.Key("total").Uint(r.driver_calls.total());
-    for (const auto& [name, count] : r.driver_calls.Named()) {
-      w.Key(name).Uint(count);
+    w.Key("driver_calls");
+    DriverCallsJson(w, r.driver_calls);
+    w.Key("warmup_driver_calls_by_kind");
+    DriverCallsJson(w, r.warmup_driver_calls);
+    w.Key("steady_driver_calls_by_kind");
+    if (r.has_steady) {
+      DriverCallsJson(w, r.steady_driver_calls);
+    } else {
+      w.Null();
     }
-    w.EndObject();
+    w.Key("driver_time");
+    DriverTimeJson(w, r, c.driver_costs);
     w.Key("num_alloc_retries").Uint(r.stats.num_alloc_retries);
     w.Key("num_ooms").Uint(r.stats.num_ooms);
     w.Key("oom").Bool(r.oom);

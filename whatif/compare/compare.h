@@ -8,7 +8,10 @@
 //    remainders included);
 //  - peak reserved: the peak of physical memory held;
 //  - efficiency E = peak allocated / peak reserved; fragmentation = 1 - E;
-//  - driver calls, total and by kind; OOM (the replay stops there).
+//  - driver calls, total and by kind, and the driver time they stand for
+//    at per-call costs measured on a GPU (driver_costs.h), warm-up (before
+//    the last complete iteration) and steady state (that iteration) apart;
+//  - OOM (the replay stops there).
 //
 // Allocators are registered as factories that receive the trace, so an
 // allocator that plans ahead (loom's own runtime) can be added next to the
@@ -22,12 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "base/json.h"
+#include "base/status.h"
+#include "plan/trace/trace.h"
+#include "whatif/compare/driver_costs.h"
 #include "whatif/sim/caching_config.h"
 #include "whatif/sim/gmlake_allocator.h"
 #include "whatif/sim/replay.h"
 #include "whatif/sim/sim_allocator.h"
-#include "base/status.h"
-#include "plan/trace/trace.h"
 
 namespace loom::whatif {
 
@@ -43,10 +48,14 @@ struct AllocatorFactory {
 
 struct CompareOptions {
   uint64_t capacity = 0;  // device memory in bytes, 0 = unlimited
+  // Where the simulated driver puts new address ranges (sim/device.h).
+  AddressOrder address_order = AddressOrder::kDescending;
   // Settings of both PyTorch rows (expandable_segments is forced off for
   // "pytorch" and on for "pytorch_expandable").
   CachingConfig pytorch;
   GmlakeOptions gmlake;
+  // What the rows' driver calls are priced with (driver_costs.h).
+  DriverCostTable driver_costs = H200DriverCosts();
   size_t max_samples = 4000;      // memory-over-time points per allocator
   bool check_invariants = false;  // slow; for debugging the simulators
 };
@@ -69,9 +78,11 @@ struct Comparison {
   std::string provenance;  // the trace header's
   TraceSummary summary;
   uint64_t capacity = 0;
-  std::vector<ReplayResult> rows;  // one per allocator, in factory order
+  AddressOrder address_order = AddressOrder::kDescending;
+  DriverCostTable driver_costs;
+  std::vector<ReplayResult> rows;      // one per allocator, in factory order
   std::vector<std::string> plan_from;  // per row: its factory's plan_from
-  std::string perturbation;  // how the input was perturbed, if it was
+  std::string perturbation;            // how the input was perturbed, if it was
 };
 
 // Replays `trace` through each allocator. Errors: the trace's (replay.h) or
@@ -80,15 +91,32 @@ StatusOr<Comparison> Compare(const plan::Trace& trace, std::string input,
                              const std::vector<AllocatorFactory>& allocators,
                              const CompareOptions& options);
 
-// A readable table with units, then driver calls by kind and notes.
+// A readable table with units, then driver calls by kind, driver time
+// (warm-up and steady state) and notes.
 std::string FormatTable(const Comparison& comparison);
 
 // A JSON list with one object per allocator: allocator,
 // peak_allocated_bytes, allocator_peak_allocated_bytes, peak_reserved_bytes,
 // efficiency, fragmentation, fragmentation_bytes, driver_calls (object:
-// total and one key per call kind), num_alloc_retries, num_ooms, oom,
-// oom_event (null unless oom), final_reserved_bytes, counters (object).
+// total and one key per call kind), warmup_driver_calls_by_kind and
+// steady_driver_calls_by_kind (the same objects; steady is null without a
+// complete iteration), driver_time (DriverTimeJson), num_alloc_retries,
+// num_ooms, oom, oom_event (null unless oom), final_reserved_bytes,
+// counters (object).
 std::string FormatJson(const Comparison& comparison);
+
+// A row's driver time under `costs`, as the JSON object both `compare` and
+// `replay` write: {"costs": source, "total_us", "warmup_us", "steady_us"
+// (per iteration, null without a complete iteration), "complete" (every
+// call priced), "unpriced_calls", "unpriced_kinds", "unsized_calls"}.
+void DriverTimeJson(JsonWriter& w, const ReplayResult& row,
+                    const DriverCostTable& costs);
+// The same calls object as driver_calls: {"total", one key per kind}.
+void DriverCallsJson(JsonWriter& w, const DriverCalls& calls);
+// One line: "warm-up 4,444 calls 52.1 ms; steady 0 calls 0 us per
+// iteration", with what could not be priced.
+std::string DriverTimeLine(const ReplayResult& row,
+                           const DriverCostTable& costs);
 
 // CSV with header
 // allocator,time,iteration,requested_bytes,allocated_bytes,reserved_bytes

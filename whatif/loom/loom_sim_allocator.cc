@@ -144,19 +144,19 @@ void LoomSimAllocator::OnMarker(const plan::Event& event) {
                : std::string_view("?");
   };
   switch (event.kind) {
-    case plan::EventKind::kIterationBegin: {
-      uint64_t now = DriverCallTotal();
-      if (allocator_->stats().iterations > 0) {
-        steady_driver_calls_ =
-            static_cast<int64_t>(now - calls_at_iteration_begin_);
-      }
-      if (replanner_ != nullptr) replanner_->BeforeIterationBegin();
+    case plan::EventKind::kIterationBegin:
       calls_at_iteration_begin_ = DriverCallTotal();
+      in_iteration_ = true;
+      if (replanner_ != nullptr) replanner_->BeforeIterationBegin();
       allocator_->IterationBegin(event.id);
       break;
-    }
     case plan::EventKind::kIterationEnd:
       allocator_->IterationEnd(event.id);
+      if (in_iteration_) {
+        steady_driver_calls_ =
+            static_cast<int64_t>(DriverCallTotal() - calls_at_iteration_begin_);
+        in_iteration_ = false;
+      }
       break;
     case plan::EventKind::kPhase:
       allocator_->Phase(name());
@@ -196,13 +196,18 @@ const MemoryStats& LoomSimAllocator::stats() const {
 }
 
 const DriverCalls& LoomSimAllocator::driver_calls() const {
-  calls_.mem_create = driver_->calls(vmm::DriverOp::kCreate);
-  calls_.mem_release = driver_->calls(vmm::DriverOp::kRelease);
-  calls_.mem_map = driver_->calls(vmm::DriverOp::kMap);
-  calls_.mem_unmap = driver_->calls(vmm::DriverOp::kUnmap);
-  calls_.set_access = driver_->calls(vmm::DriverOp::kSetAccess);
-  calls_.address_reserve = driver_->calls(vmm::DriverOp::kReserve);
-  calls_.address_free = driver_->calls(vmm::DriverOp::kUnreserve);
+  // vmm counts calls by kind only: their sizes are unknown here (bytes 0).
+  calls_ = DriverCalls();
+  for (const auto& [kind, op] :
+       {std::pair{DriverCallKind::kMemCreate, vmm::DriverOp::kCreate},
+        std::pair{DriverCallKind::kMemRelease, vmm::DriverOp::kRelease},
+        std::pair{DriverCallKind::kMemMap, vmm::DriverOp::kMap},
+        std::pair{DriverCallKind::kMemUnmap, vmm::DriverOp::kUnmap},
+        std::pair{DriverCallKind::kSetAccess, vmm::DriverOp::kSetAccess},
+        std::pair{DriverCallKind::kAddressReserve, vmm::DriverOp::kReserve},
+        std::pair{DriverCallKind::kAddressFree, vmm::DriverOp::kUnreserve}}) {
+    calls_.Add(kind, driver_->calls(op), /*bytes=*/0);
+  }
   calls_.synchronize = driver_->calls(vmm::DriverOp::kSynchronizeStream);
   return calls_;
 }

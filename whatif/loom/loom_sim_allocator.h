@@ -13,7 +13,9 @@
 //
 // Counters(): plan_hits, plan_misses, unplanned, dynamic_requests,
 // arena_maps, corrupted, iterations, and steady_driver_calls (driver calls
-// during the last complete iteration: 0 for a repeating workload once warm).
+// during the last complete iteration, from its iteration-begin marker to its
+// iteration-end marker, re-planning at the boundary included: 0 for a
+// repeating workload once warm; the replay harness's steady state).
 #ifndef LOOM_WHATIF_LOOM_LOOM_SIM_ALLOCATOR_H_
 #define LOOM_WHATIF_LOOM_LOOM_SIM_ALLOCATOR_H_
 
@@ -80,6 +82,7 @@ class LoomSimAllocator final : public SimAllocator {
   uint64_t next_tag_ = 1;
   uint64_t corrupted_ = 0;
   uint64_t calls_at_iteration_begin_ = 0;
+  bool in_iteration_ = false;
   int64_t steady_driver_calls_ = -1;  // -1: no complete iteration yet
   mutable MemoryStats stats_;
   mutable DriverCalls calls_;

@@ -17,7 +17,7 @@ bool CachingAllocator::ByAddress::operator()(const Block* a,
 CachingAllocator::CachingAllocator(const CachingConfig& config,
                                    const SimOptions& options)
     : config_(config),
-      device_(options.capacity),
+      device_(options.capacity, options.address_order),
       blocks_({.max_split_size = config_.max_split_size,
                .max_non_split_rounding = config_.NonSplitRounding(),
                .min_large_remainder = kSmallSize + 1},

@@ -21,14 +21,41 @@ std::optional<uint64_t> RoundUp(uint64_t size) {
 
 }  // namespace
 
-SimDevice::SimDevice(uint64_t capacity)
-    : capacity_(capacity == 0 ? kUnlimitedCapacity : capacity) {
+StatusOr<AddressOrder> ParseAddressOrder(std::string_view text) {
+  if (text == "descending") return AddressOrder::kDescending;
+  if (text == "ascending") return AddressOrder::kAscending;
+  return InvalidArgumentError(
+      "address order '{}' is not descending or ascending", text);
+}
+
+std::string_view AddressOrderName(AddressOrder order) {
+  return order == AddressOrder::kDescending ? "descending" : "ascending";
+}
+
+SimDevice::SimDevice(uint64_t capacity, AddressOrder order)
+    : capacity_(capacity == 0 ? kUnlimitedCapacity : capacity), order_(order) {
   free_ranges_[kAddressBase] = kAddressLimit;
 }
 
 std::optional<uint64_t> SimDevice::TakeAddress(uint64_t size) {
   std::optional<uint64_t> rounded = RoundUp(size);
   if (!rounded) return std::nullopt;
+  if (order_ == AddressOrder::kDescending) {
+    for (auto it = free_ranges_.rbegin(); it != free_ranges_.rend(); ++it) {
+      const uint64_t start = it->first;
+      const uint64_t end = it->second;
+      if (end - start < *rounded) continue;
+      const uint64_t taken = end - *rounded;
+      if (taken == start) {
+        free_ranges_.erase(std::next(it).base());
+      } else {
+        it->second = taken;
+      }
+      taken_[taken] = *rounded;
+      return taken;
+    }
+    return std::nullopt;
+  }
   for (auto it = free_ranges_.begin(); it != free_ranges_.end(); ++it) {
     uint64_t start = it->first;
     uint64_t end = it->second;
@@ -69,7 +96,7 @@ void SimDevice::ReturnAddress(uint64_t address, uint64_t size) {
 }
 
 std::optional<uint64_t> SimDevice::Malloc(uint64_t size) {
-  ++calls_.malloc;
+  calls_.Add(DriverCallKind::kMalloc, 1, size);
   if (size > physical_free()) return std::nullopt;
   std::optional<uint64_t> address = TakeAddress(size);
   if (!address) return std::nullopt;
@@ -78,32 +105,32 @@ std::optional<uint64_t> SimDevice::Malloc(uint64_t size) {
 }
 
 void SimDevice::Free(uint64_t address, uint64_t size) {
-  ++calls_.free;
+  calls_.Add(DriverCallKind::kFree, 1, size);
   LOOM_CHECK_LE(size, physical_used_);
   ReturnAddress(address, size);
   physical_used_ -= size;
 }
 
 bool SimDevice::CreateHandle(uint64_t size) {
-  ++calls_.mem_create;
+  calls_.Add(DriverCallKind::kMemCreate, 1, size);
   if (size > physical_free()) return false;
   physical_used_ += size;
   return true;
 }
 
 void SimDevice::ReleaseHandle(uint64_t size) {
-  ++calls_.mem_release;
+  calls_.Add(DriverCallKind::kMemRelease, 1, size);
   LOOM_CHECK_LE(size, physical_used_);
   physical_used_ -= size;
 }
 
 std::optional<uint64_t> SimDevice::ReserveAddress(uint64_t size) {
-  ++calls_.address_reserve;
+  calls_.Add(DriverCallKind::kAddressReserve, 1, size);
   return TakeAddress(size);
 }
 
 void SimDevice::FreeAddress(uint64_t address, uint64_t size) {
-  ++calls_.address_free;
+  calls_.Add(DriverCallKind::kAddressFree, 1, size);
   ReturnAddress(address, size);
 }
 

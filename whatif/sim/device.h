@@ -3,9 +3,20 @@
 // It models what the allocators ask of CUDA, and nothing else: physical
 // memory with a capacity (cudaMalloc and cuMemCreate fail beyond it), a
 // virtual address space (cudaMalloc ranges and cuMemAddressReserve
-// reservations, first fit from the lowest address, 2 MiB aligned, as the
-// driver tends to hand them out), and counters of every call (DriverCalls).
+// reservations, 2 MiB aligned), and counters of every call (DriverCalls).
 // No memory is ever touched: addresses are numbers.
+//
+// Address order. The driver's choice of address is invisible to a trace,
+// yet PyTorch's best fit breaks ties between free blocks of one size by
+// address (the lowest first), so which segment a request reuses, and from
+// there the peak, can depend on it. By default a new range is taken from
+// the top of the highest free range that fits (kDescending: each new
+// segment below the previous ones, as in Linux's top-down mmap area where
+// CUDA's unified addresses live). On the traces of the H200 run
+// (bench/data/traces/gpu/) this reproduces the caching allocator's peak
+// reserved to the byte on all four models; first fit from the lowest
+// address (kAscending) does on three and is 1.03% low on llama1b
+// (bench/results/whatif.md).
 //
 // Invariants: physical_used() <= capacity(); address ranges handed out are
 // disjoint, 2 MiB aligned and never contain address 0.
@@ -15,7 +26,9 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string_view>
 
+#include "base/status.h"
 #include "whatif/sim/stats.h"
 
 namespace loom::whatif {
@@ -32,6 +45,16 @@ struct AddressRange {
   friend bool operator==(const AddressRange&, const AddressRange&) = default;
 };
 
+// Where a new address range goes (see the header comment).
+enum class AddressOrder : uint8_t {
+  kDescending,  // the top of the highest free range that fits
+  kAscending,   // the bottom of the lowest free range that fits
+};
+
+// "descending" / "ascending"; INVALID_ARGUMENT otherwise.
+StatusOr<AddressOrder> ParseAddressOrder(std::string_view text);
+std::string_view AddressOrderName(AddressOrder order);
+
 class SimDevice {
  public:
   // Capacity used when none is given: 1 PiB, i.e. no OOM in practice.
@@ -40,7 +63,8 @@ class SimDevice {
   static constexpr uint64_t kAddressAlignment = 2 * kMiB;
 
   // `capacity` is the physical memory in bytes; 0 means kUnlimitedCapacity.
-  explicit SimDevice(uint64_t capacity = 0);
+  explicit SimDevice(uint64_t capacity = 0,
+                     AddressOrder order = AddressOrder::kDescending);
 
   SimDevice(const SimDevice&) = delete;
   SimDevice& operator=(const SimDevice&) = delete;
@@ -71,9 +95,16 @@ class SimDevice {
 
   // Counters only (mapping needs no bookkeeping here: the allocators own
   // their page tables and are checked against physical_used()).
-  void CountMap(uint64_t calls) { calls_.mem_map += calls; }
-  void CountUnmap(uint64_t calls) { calls_.mem_unmap += calls; }
-  void CountSetAccess(uint64_t calls) { calls_.set_access += calls; }
+  // `calls` calls, each covering `bytes`.
+  void CountMap(uint64_t calls, uint64_t bytes) {
+    calls_.Add(DriverCallKind::kMemMap, calls, bytes);
+  }
+  void CountUnmap(uint64_t calls, uint64_t bytes) {
+    calls_.Add(DriverCallKind::kMemUnmap, calls, bytes);
+  }
+  void CountSetAccess(uint64_t calls, uint64_t bytes) {
+    calls_.Add(DriverCallKind::kSetAccess, calls, bytes);
+  }
   void CountSynchronize() { ++calls_.synchronize; }
 
  private:
@@ -81,6 +112,7 @@ class SimDevice {
   void ReturnAddress(uint64_t address, uint64_t size);
 
   uint64_t capacity_;
+  AddressOrder order_;
   uint64_t physical_used_ = 0;
   DriverCalls calls_;
   std::map<uint64_t, uint64_t> free_ranges_;  // start -> end, disjoint

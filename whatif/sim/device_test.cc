@@ -7,8 +7,8 @@
 namespace loom::whatif {
 namespace {
 
-TEST(SimDeviceTest, MallocIsFirstFitAndAligned) {
-  SimDevice device(100 * kMiB);
+TEST(SimDeviceTest, AscendingMallocIsFirstFitAndAligned) {
+  SimDevice device(100 * kMiB, AddressOrder::kAscending);
   auto a = device.Malloc(3 * kMiB);  // occupies 4 MiB of address space
   auto b = device.Malloc(2 * kMiB);
   ASSERT_TRUE(a && b);
@@ -36,8 +36,41 @@ TEST(SimDeviceTest, CapacityLimitsPhysicalMemory) {
   EXPECT_EQ(device.calls().malloc, 2u);  // failed calls count too
 }
 
+TEST(SimDeviceTest, DescendingMallocTakesTheTopOfTheHighestFit) {
+  SimDevice device(100 * kMiB);      // descending by default
+  auto a = device.Malloc(3 * kMiB);  // occupies 4 MiB of address space
+  auto b = device.Malloc(2 * kMiB);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(*a % SimDevice::kAddressAlignment, 0u);
+  EXPECT_EQ(*b, *a - 2 * kMiB);  // just below the first
+  device.Free(*a, 3 * kMiB);
+  auto c = device.Malloc(kMiB);  // the top of the highest free range
+  ASSERT_TRUE(c);
+  EXPECT_EQ(*c, *a + 2 * kMiB);
+  auto d = device.Malloc(2 * kMiB);  // fills the rest of that hole
+  ASSERT_TRUE(d);
+  EXPECT_EQ(*d, *a);
+  auto e = device.Malloc(2 * kMiB);  // then below everything
+  ASSERT_TRUE(e);
+  EXPECT_EQ(*e, *b - 2 * kMiB);
+  device.Free(*b, 2 * kMiB);
+  device.Free(*c, kMiB);
+  device.Free(*d, 2 * kMiB);
+  device.Free(*e, 2 * kMiB);
+  EXPECT_EQ(device.physical_used(), 0u);
+}
+
+TEST(SimDeviceTest, AddressOrderNames) {
+  EXPECT_EQ(*ParseAddressOrder("descending"), AddressOrder::kDescending);
+  EXPECT_EQ(*ParseAddressOrder("ascending"), AddressOrder::kAscending);
+  EXPECT_EQ(AddressOrderName(AddressOrder::kAscending), "ascending");
+  StatusOr<AddressOrder> bad = ParseAddressOrder("up");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'up'"), std::string::npos);
+}
+
 TEST(SimDeviceTest, ReservationsDoNotTakePhysicalMemory) {
-  SimDevice device(2 * kMiB);
+  SimDevice device(2 * kMiB, AddressOrder::kAscending);
   auto va = device.ReserveAddress(kGiB);
   ASSERT_TRUE(va);
   EXPECT_EQ(device.physical_used(), 0u);

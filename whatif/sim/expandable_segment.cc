@@ -49,8 +49,9 @@ AddressRange ExpandableSegment::Map(AddressRange range) {
     }
   }
   for (uint64_t i = begin; i < end; ++i) mapped_[i] = true;
-  device_->CountMap(end - begin);  // one cuMemMap per page
-  device_->CountSetAccess(1);      // one cuMemSetAccess for the range
+  device_->CountMap(end - begin, page_size_);  // one cuMemMap per page
+  // One cuMemSetAccess for the whole range.
+  device_->CountSetAccess(1, (end - begin) * page_size_);
   mapped_pages_ += end - begin;
   return {ptr_ + begin * page_size_, (end - begin) * page_size_};
 }
@@ -66,7 +67,7 @@ AddressRange ExpandableSegment::Unmap(AddressRange range) {
   for (uint64_t i = begin; i < end; ++i) {
     LOOM_CHECK(i < mapped_.size() && mapped_[i], "page {} not mapped", i);
     mapped_[i] = false;
-    device_->CountUnmap(1);
+    device_->CountUnmap(1, page_size_);
     device_->ReleaseHandle(page_size_);
   }
   while (!mapped_.empty() && !mapped_.back()) mapped_.pop_back();  // trim

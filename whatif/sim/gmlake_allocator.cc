@@ -12,7 +12,7 @@ namespace loom::whatif {
 GmlakeAllocator::GmlakeAllocator(const GmlakeOptions& gmlake,
                                  const SimOptions& options)
     : options_(gmlake),
-      device_(options.capacity),
+      device_(options.capacity, options.address_order),
       blocks_({.max_split_size = gmlake.max_split_size,
                .max_non_split_rounding = kLargeBuffer,  // PyTorch 2.0
                .min_large_remainder = kChunk},          // whole chunks
@@ -145,8 +145,8 @@ bool GmlakeAllocator::Realloc(Params& p, bool is_retry) {
       for (uint64_t j = 0; j < n; ++j) device_.ReleaseHandle(kChunk);
       return false;
     }
-    device_.CountMap(n);
-    device_.CountSetAccess(n);
+    device_.CountMap(n, kChunk);
+    device_.CountSetAccess(n, kChunk);
     block = blocks_.NewSegment(p.stream, size, *ptr, /*small=*/false);
     block->chunks.reserve(n);
     for (uint64_t i = 0; i < n; ++i) {
@@ -196,7 +196,7 @@ void GmlakeAllocator::ReleaseBlock(Block* block) {
       delete c;
     }
     block->chunks.clear();
-    device_.CountUnmap(1);
+    device_.CountUnmap(1, block->size);
     device_.FreeAddress(block->ptr, block->size);
   } else {
     device_.Free(block->ptr, block->size);

@@ -162,8 +162,8 @@ bool GmlakeAllocator::Stitch(Params& p, int time) {
   for (Chunk* c : s->chunks) c->stitched.push_back(s);
   s->busy_chunks = s->chunks.size();
   s->used_chunks = s->chunks.size();
-  device_.CountMap(s->chunks.size());
-  device_.CountSetAccess(s->chunks.size());
+  device_.CountMap(s->chunks.size(), kChunk);
+  device_.CountSetAccess(s->chunks.size(), kChunk);
   stitched_.insert(s);
   ++num_stitched_;
   ++num_stitches_;
@@ -184,7 +184,7 @@ void GmlakeAllocator::DropStitched(Block* s) {
   }
   LOOM_CHECK_EQ(stitched_.erase(s), size_t{1});
   --num_stitched_;
-  device_.CountUnmap(1);
+  device_.CountUnmap(1, s->size);
   device_.FreeAddress(s->ptr, s->size);
   blocks_.Delete(s);
 }

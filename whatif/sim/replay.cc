@@ -136,6 +136,8 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
   std::unordered_map<uint64_t, Live> live;  // request id -> allocation
   uint64_t requested = 0;
   int64_t iteration = -1;
+  DriverCalls calls_at_begin;  // at the last iteration-begin marker
+  bool in_iteration = false;
 
   for (size_t t = 0; t < trace.events.size(); ++t) {
     const plan::Event& e = trace.events[t];
@@ -180,7 +182,19 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
       }
       case plan::EventKind::kIterationBegin:
         iteration = static_cast<int64_t>(e.id);
+        calls_at_begin = allocator.driver_calls();
+        in_iteration = true;
         allocator.OnMarker(e);
+        break;
+      case plan::EventKind::kIterationEnd:
+        allocator.OnMarker(e);
+        if (in_iteration) {
+          result.steady_driver_calls =
+              allocator.driver_calls().Since(calls_at_begin);
+          result.warmup_driver_calls = calls_at_begin;
+          result.has_steady = true;
+          in_iteration = false;
+        }
         break;
       default:
         allocator.OnMarker(e);
@@ -207,6 +221,7 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
   result.peak_allocated = result.stats.allocated_bytes.all().peak;
   result.peak_reserved = result.stats.reserved_bytes.all().peak;
   result.driver_calls = allocator.driver_calls();
+  if (!result.has_steady) result.warmup_driver_calls = result.driver_calls;
   result.counters = allocator.Counters();
   result.series = sampler.Take();
   return result;

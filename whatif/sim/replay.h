@@ -21,10 +21,10 @@
 #include <utility>
 #include <vector>
 
-#include "whatif/sim/sim_allocator.h"
-#include "whatif/sim/stats.h"
 #include "base/status.h"
 #include "plan/trace/trace.h"
+#include "whatif/sim/sim_allocator.h"
+#include "whatif/sim/stats.h"
 
 namespace loom::whatif {
 
@@ -56,6 +56,14 @@ struct ReplayResult {
   std::string oom_message;
   MemoryStats stats;  // at the end of the replay
   DriverCalls driver_calls;
+  // The calls made before the last complete iteration (iteration-begin to
+  // its iteration-end marker) began, and during it: warm-up and steady
+  // state. Without a complete iteration, has_steady is false and every
+  // call is warm-up. Calls after the last complete iteration are in
+  // neither (driver_calls has them all).
+  DriverCalls warmup_driver_calls;
+  DriverCalls steady_driver_calls;
+  bool has_steady = false;
   std::vector<std::pair<std::string, uint64_t>> counters;  // Counters()
   std::vector<MemorySample> series;
 

@@ -26,10 +26,10 @@
 #include <utility>
 #include <vector>
 
-#include "whatif/sim/device.h"
-#include "whatif/sim/stats.h"
 #include "base/status.h"
 #include "plan/trace/trace.h"
+#include "whatif/sim/device.h"
+#include "whatif/sim/stats.h"
 
 namespace loom::whatif {
 
@@ -77,6 +77,8 @@ class SimAllocator {
 struct SimOptions {
   // Physical device memory in bytes; 0 = unlimited (no OOM).
   uint64_t capacity = 0;
+  // Where the simulated driver puts new address ranges (device.h).
+  AddressOrder address_order = AddressOrder::kDescending;
 };
 
 }  // namespace loom::whatif

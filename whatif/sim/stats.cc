@@ -84,24 +84,66 @@ void MemoryStats::ResetPeaks() {
   oversize_segments.ResetPeak();
 }
 
+namespace {
+
+// The count field of each kind, in kAllDriverCallKinds' order.
+constexpr std::array<uint64_t DriverCalls::*, kDriverCallKinds> kCountFields = {
+    &DriverCalls::malloc,      &DriverCalls::free,
+    &DriverCalls::mem_create,  &DriverCalls::mem_release,
+    &DriverCalls::mem_map,     &DriverCalls::mem_unmap,
+    &DriverCalls::set_access,  &DriverCalls::address_reserve,
+    &DriverCalls::address_free};
+
+constexpr std::array<std::string_view, kDriverCallKinds> kCallNames = {
+    "cudaMalloc",      "cudaFree",   "cuMemCreate",    "cuMemRelease",
+    "cuMemMap",        "cuMemUnmap", "cuMemSetAccess", "cuMemAddressReserve",
+    "cuMemAddressFree"};
+
+}  // namespace
+
+std::string_view DriverCallName(DriverCallKind kind) {
+  return kCallNames[static_cast<size_t>(kind)];
+}
+
+void DriverCalls::Add(DriverCallKind kind, uint64_t calls, uint64_t bytes) {
+  if (calls == 0) return;
+  this->*kCountFields[static_cast<size_t>(kind)] += calls;
+  sized[{kind, bytes}] += calls;
+}
+
+uint64_t DriverCalls::count(DriverCallKind kind) const {
+  return this->*kCountFields[static_cast<size_t>(kind)];
+}
+
 uint64_t DriverCalls::total() const {
   return malloc + free + mem_create + mem_release + mem_map + mem_unmap +
          set_access + address_reserve + address_free;
 }
 
 std::vector<std::pair<std::string, uint64_t>> DriverCalls::Named() const {
-  return {
-      {"cudaMalloc", malloc},
-      {"cudaFree", free},
-      {"cuMemCreate", mem_create},
-      {"cuMemRelease", mem_release},
-      {"cuMemMap", mem_map},
-      {"cuMemUnmap", mem_unmap},
-      {"cuMemSetAccess", set_access},
-      {"cuMemAddressReserve", address_reserve},
-      {"cuMemAddressFree", address_free},
-      {"synchronize", synchronize},
-  };
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (DriverCallKind kind : kAllDriverCallKinds) {
+    out.emplace_back(std::string(DriverCallName(kind)), count(kind));
+  }
+  out.emplace_back("synchronize", synchronize);
+  return out;
+}
+
+DriverCalls DriverCalls::Since(const DriverCalls& earlier) const {
+  DriverCalls out;
+  for (size_t i = 0; i < kDriverCallKinds; ++i) {
+    LOOM_CHECK_GE(this->*kCountFields[i], earlier.*kCountFields[i]);
+    out.*kCountFields[i] = this->*kCountFields[i] - earlier.*kCountFields[i];
+  }
+  LOOM_CHECK_GE(synchronize, earlier.synchronize);
+  out.synchronize = synchronize - earlier.synchronize;
+  for (const auto& [key, calls] : sized) {
+    auto it = earlier.sized.find(key);
+    const uint64_t before = it == earlier.sized.end() ? 0 : it->second;
+    LOOM_CHECK_GE(calls, before);
+    if (calls > before) out.sized[key] = calls - before;
+  }
+  return out;
 }
 
 }  // namespace loom::whatif

@@ -18,7 +18,9 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -86,6 +88,30 @@ struct MemoryStats {
   void ResetPeaks();
 };
 
+// The CUDA calls DriverCalls counts (synchronisations aside), in the order
+// Named() lists them.
+enum class DriverCallKind : uint8_t {
+  kMalloc,          // cudaMalloc
+  kFree,            // cudaFree
+  kMemCreate,       // cuMemCreate
+  kMemRelease,      // cuMemRelease
+  kMemMap,          // cuMemMap
+  kMemUnmap,        // cuMemUnmap
+  kSetAccess,       // cuMemSetAccess
+  kAddressReserve,  // cuMemAddressReserve
+  kAddressFree,     // cuMemAddressFree
+};
+inline constexpr size_t kDriverCallKinds = 9;
+inline constexpr std::array<DriverCallKind, kDriverCallKinds>
+    kAllDriverCallKinds = {
+        DriverCallKind::kMalloc,     DriverCallKind::kFree,
+        DriverCallKind::kMemCreate,  DriverCallKind::kMemRelease,
+        DriverCallKind::kMemMap,     DriverCallKind::kMemUnmap,
+        DriverCallKind::kSetAccess,  DriverCallKind::kAddressReserve,
+        DriverCallKind::kAddressFree};
+// The CUDA API name: "cudaMalloc", "cuMemCreate", ...
+std::string_view DriverCallName(DriverCallKind kind);
+
 // Calls a simulated allocator made to the (simulated) CUDA driver/runtime.
 struct DriverCalls {
   uint64_t malloc = 0;           // cudaMalloc
@@ -98,11 +124,21 @@ struct DriverCalls {
   uint64_t address_reserve = 0;  // cuMemAddressReserve
   uint64_t address_free = 0;     // cuMemAddressFree
   uint64_t synchronize = 0;      // stream/device synchronisations forced
+  // The same calls by (kind, bytes one call covered), what driver time is
+  // priced from (whatif/compare/driver_costs.h). Bytes 0: not known (loom's
+  // rows: vmm counts its calls by kind only). Add() keeps both views equal.
+  std::map<std::pair<DriverCallKind, uint64_t>, uint64_t> sized;
 
+  // Records `calls` calls of `kind`, each covering `bytes` (0 = unknown).
+  void Add(DriverCallKind kind, uint64_t calls, uint64_t bytes);
+  uint64_t count(DriverCallKind kind) const;
   // Every call above except synchronize.
   uint64_t total() const;
   // (name, count) in a fixed order; names are the CUDA API names.
   std::vector<std::pair<std::string, uint64_t>> Named() const;
+  // The calls made since `earlier`, a snapshot of the same counters.
+  // REQUIRES: every count of `earlier` <= this one's.
+  DriverCalls Since(const DriverCalls& earlier) const;
 };
 
 }  // namespace loom::whatif

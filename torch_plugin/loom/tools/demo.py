@@ -1,9 +1,15 @@
 """`loom demo`: the comparison on the embedded workloads.
 
-Runs `loom compare --plot` on a real PyTorch training step (shipped as a loom
-trace in bench/data/traces/) and on a generated MoE training run whose
-expert sizes change every iteration, prints each table and a summary, and
-writes one picture per workload.
+Leads with real training traced on a GPU: the 1.1B-parameter Llama run on an
+NVIDIA H200 (bench/data/traces/gpu/h200_2026-11-26/llama1b.ltb), loom
+planned from its first two iterations and measured on all three, every
+simulated allocator's peak beside the peak the H200 measured for that
+allocator (measured.json). Then `loom compare --plot` on a real PyTorch
+training step (a memory snapshot shipped as a loom trace in
+bench/data/traces/) and on a generated MoE training run whose expert sizes
+change every iteration. Prints each table and a summary (a loom row planned
+from the very trace it is measured on says "oracle"), and writes one picture
+per workload.
 """
 
 import argparse
@@ -15,13 +21,48 @@ from pathlib import Path
 
 from loom import _paths
 
-WORKLOADS = (
-    ("gpt2small_train_step",
-     "a real PyTorch training step (GPT-2 small, from a memory snapshot)",
-     str(_paths.data_file("bench/data/traces/gpt2small_train_step.ltt"))),
-    ("moe", "a generated MoE training run (top-2 of 8 experts, token counts "
-     "per expert change every iteration)", "builtin:moe"),
-)
+H200_RUN = "bench/data/traces/gpu/h200_2026-11-26"
+
+
+class Workload:
+    """One demo workload: `spec` for loom compare, the options it needs,
+    and, for a trace recorded on a GPU, what that GPU measured."""
+
+    def __init__(self, name, description, spec, options=(), measured=None):
+        self.name = name
+        self.description = description
+        self.spec = spec
+        self.options = list(options)
+        self.measured = measured  # {compare row: {"reserved_bytes.all.peak"..}}
+
+
+def _h200_workload():
+    """The lead: llama1b as traced on the H200, with the H200's peaks."""
+    measured = json.loads(_paths.data_file(
+        f"{H200_RUN}/measured.json").read_text())
+    model = measured["models"]["llama1b"]
+    return Workload(
+        "llama1b_h200",
+        f"a 1.1B-parameter Llama trained on an {measured['gpu']} "
+        f"(PyTorch {measured['torch']}, micro-batch "
+        f"{model['micro_batch']} x 2048 tokens, {measured['date'][:10]}): "
+        f"the requests traced on the GPU",
+        str(_paths.data_file(f"{H200_RUN}/{model['trace']}")),
+        ["--plan-from", model["plan_from"]], model["measured"])
+
+
+def workloads():
+    return (
+        _h200_workload(),
+        Workload("gpt2small_train_step",
+                 "a real PyTorch training step (GPT-2 small, from a memory "
+                 "snapshot)",
+                 str(_paths.data_file(
+                     "bench/data/traces/gpt2small_train_step.ltt"))),
+        Workload("moe", "a generated MoE training run (top-2 of 8 experts, "
+                 "token counts per expert change every iteration)",
+                 "builtin:moe"),
+    )
 
 
 def _run_compare(spec, extra):
@@ -33,13 +74,52 @@ def _run_compare(spec, extra):
                           env=env)
 
 
+def gib(n):
+    return f"{n / 2**30:.2f} GiB"
+
+
+def plan_note(row):
+    """How a loom row got its plan, with "oracle" when it is the measured
+    trace's own (compare's plan_from: "own trace (oracle)")."""
+    plan_from = row.get("plan_from")
+    if not plan_from:
+        return ""
+    if "oracle" in plan_from:
+        return "oracle: planned from this very trace"
+    return f"planned from {plan_from}"
+
+
+def measured_lines(workload, rows):
+    """Each simulated allocator beside what the GPU measured for it."""
+    out = ["simulated vs measured on the GPU the trace was recorded on "
+           "(peak reserved; bench/results/whatif.md):",
+           f"  {'allocator':<20} {'simulated':>12} {'measured':>12} "
+           f"{'difference':>11}"]
+    for row in rows:
+        real = workload.measured.get(row["allocator"])
+        simulated = row["peak_reserved_bytes"]
+        if real is None:
+            why = ("not measured: the plan did not install on CUDA"
+                   if row["allocator"] == "loom"
+                   else "not run on the GPU")
+            out.append(f"  {row['allocator']:<20} {gib(simulated):>12} "
+                       f"{'-':>12} {'':>11}  {why}")
+            continue
+        reserved = real["reserved_bytes.all.peak"]
+        out.append(f"  {row['allocator']:<20} {gib(simulated):>12} "
+                   f"{gib(reserved):>12} "
+                   f"{100 * (simulated - reserved) / reserved:>+10.2f}%")
+    return out
+
+
 def main(argv):
     parser = argparse.ArgumentParser(
         prog="loom demo",
         description="Compares PyTorch's caching allocator, expandable "
         "segments, a GMLake-style stitcher and loom on the embedded "
-        "workloads: a table per workload and a picture of memory over time "
-        "and of loom's plan.")
+        "workloads, led by a training run traced on an NVIDIA H200 with the "
+        "peaks the H200 measured: a table per workload and a picture of "
+        "memory over time and of loom's plan.")
     parser.add_argument("--out", default="loom-demo",
                         help="folder for the pictures (default: loom-demo)")
     parser.add_argument("--json", action="store_true",
@@ -50,34 +130,45 @@ def main(argv):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     summary, all_rows = [], {}
-    for name, description, spec in WORKLOADS:
-        picture = out / f"{name}.png"
-        common = ["--loom-time-limit", str(args.time_limit)]
-        table = _run_compare(spec, [*common, "--plot", str(picture)])
+    for workload in workloads():
+        picture = out / f"{workload.name}.png"
+        common = ["--loom-time-limit", str(args.time_limit),
+                  *workload.options]
+        table = _run_compare(workload.spec,
+                             [*common, "--plot", str(picture)])
         if table.returncode != 0:
             sys.stderr.write(table.stderr)
             return 1
-        rows = _run_compare(spec, [*common, "--json"])
+        rows = _run_compare(workload.spec, [*common, "--json"])
         if rows.returncode != 0:
             sys.stderr.write(rows.stderr)
             return 1
         parsed = json.loads(rows.stdout)
-        all_rows[name] = parsed
+        all_rows[workload.name] = parsed
+        if workload.measured is not None:
+            all_rows[f"{workload.name}_measured"] = workload.measured
         if not args.json:
-            print(f"=== {name}: {description}")
+            print(f"=== {workload.name}: {workload.description}")
             print(table.stdout)
+            if workload.measured is not None:
+                print("\n".join(measured_lines(workload, parsed)) + "\n")
             print(f"picture: {picture}\n")
         for row in parsed:
-            summary.append((name, row["allocator"], row["peak_reserved_bytes"],
-                            row["efficiency"]))
+            real = (workload.measured or {}).get(row["allocator"])
+            summary.append((workload.name, row, real,
+                            workload.measured is not None))
     if args.json:
         print(json.dumps(all_rows, indent=2))
         return 0
     print("=== summary: peak reserved memory and efficiency "
-          "(peak allocated / peak reserved)")
+          "(peak allocated / peak reserved); measured = on the GPU")
     print(f"{'workload':<22} {'allocator':<20} {'peak reserved':>14} "
-          f"{'efficiency':>11}")
-    for name, allocator, reserved, efficiency in summary:
-        print(f"{name:<22} {allocator:<20} {reserved / 2**30:>10.2f} GiB "
-              f"{100 * efficiency:>10.2f}%")
+          f"{'efficiency':>11} {'measured':>12}  note")
+    for name, row, real, on_gpu in summary:
+        measured = (gib(real["reserved_bytes.all.peak"]) if real
+                    else "-" if on_gpu else "")
+        print(f"{name:<22} {row['allocator']:<20} "
+              f"{row['peak_reserved_bytes'] / 2**30:>10.2f} GiB "
+              f"{100 * row['efficiency']:>10.2f}% {measured:>12}  "
+              f"{plan_note(row)}".rstrip())
     return 0
