@@ -98,6 +98,7 @@ StatusOr<PhysicalHandle> Driver::Create(int device, uint64_t size) {
   LOOM_ASSIGN_OR_RETURN(uint64_t granularity, MinimumGranularityLocked(device));
   LOOM_RETURN_IF_ERROR(contract_.CheckCreate(device, size, granularity));
   Count(DriverOp::kCreate);
+  CountSizeLocked(DriverOp::kCreate, size);
   LOOM_ASSIGN_OR_RETURN(uint64_t handle, DoCreate(device, size));
   contract_.OnCreate(handle, device, size);
   return PhysicalHandle{handle};
@@ -107,6 +108,7 @@ Status Driver::Release(PhysicalHandle handle) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(contract_.CheckRelease(handle.value));
   Count(DriverOp::kRelease);
+  CountSizeLocked(DriverOp::kRelease, contract_.HandleSize(handle.value));
   LOOM_RETURN_IF_ERROR(DoRelease(handle.value));
   contract_.OnRelease(handle.value);
   return OkStatus();
@@ -118,6 +120,7 @@ StatusOr<DevicePtr> Driver::Reserve(uint64_t size, uint64_t alignment) {
   LOOM_ASSIGN_OR_RETURN(uint64_t granularity, MinimumGranularityLocked(0));
   LOOM_RETURN_IF_ERROR(contract_.CheckReserve(size, alignment, granularity));
   Count(DriverOp::kReserve);
+  CountSizeLocked(DriverOp::kReserve, size);
   LOOM_ASSIGN_OR_RETURN(
       DevicePtr ptr, DoReserve(size, alignment == 0 ? granularity : alignment));
   contract_.OnReserve(ptr, size);
@@ -128,6 +131,7 @@ Status Driver::Unreserve(DevicePtr ptr, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(contract_.CheckUnreserve(ptr, size));
   Count(DriverOp::kUnreserve);
+  CountSizeLocked(DriverOp::kUnreserve, size);
   LOOM_RETURN_IF_ERROR(DoUnreserve(ptr, size));
   contract_.OnUnreserve(ptr);
   return OkStatus();
@@ -140,6 +144,7 @@ Status Driver::Map(DevicePtr ptr, uint64_t size, PhysicalHandle handle,
   LOOM_RETURN_IF_ERROR(
       contract_.CheckMap(ptr, size, handle.value, offset, granularity));
   Count(DriverOp::kMap);
+  CountSizeLocked(DriverOp::kMap, size);
   LOOM_RETURN_IF_ERROR(DoMap(ptr, size, handle.value, offset));
   contract_.OnMap(ptr, size, handle.value, offset);
   return OkStatus();
@@ -149,6 +154,7 @@ Status Driver::Unmap(DevicePtr ptr, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(contract_.CheckUnmap(ptr, size));
   Count(DriverOp::kUnmap);
+  CountSizeLocked(DriverOp::kUnmap, size);
   LOOM_RETURN_IF_ERROR(DoUnmap(ptr, size));
   contract_.OnUnmap(ptr, size);
   return OkStatus();
@@ -163,6 +169,7 @@ Status Driver::SetAccess(DevicePtr ptr, uint64_t size, int device,
   }
   LOOM_RETURN_IF_ERROR(contract_.CheckWholeMappings(ptr, size, "set_access"));
   Count(DriverOp::kSetAccess);
+  CountSizeLocked(DriverOp::kSetAccess, size);
   LOOM_RETURN_IF_ERROR(DoSetAccess(ptr, size, device, peers));
   contract_.OnSetAccess(ptr, size);
   return OkStatus();
@@ -277,6 +284,11 @@ Status Driver::Memset(DevicePtr dst, uint8_t value, uint64_t size) {
   LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(dst, size));
   Count(DriverOp::kMemset);
   return DoMemset(dst, value, size);
+}
+
+std::map<uint64_t, uint64_t> Driver::sized_calls(DriverOp op) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sized_[static_cast<size_t>(op)];
 }
 
 uint64_t Driver::calls(DriverOp op) const {

@@ -46,6 +46,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <span>
 #include <string>
@@ -194,6 +195,11 @@ class Driver {
   // Calls that reached the backend, by kind (failed ones included).
   uint64_t calls(DriverOp op) const;
   std::array<uint64_t, kDriverOpCount> all_calls() const;
+  // The memory calls of kind `op` that reached the backend, by the bytes
+  // each covered (size -> calls): create, release (the handle's size),
+  // reserve, unreserve, map, unmap and set-access; empty for other kinds.
+  // What a call costs on a GPU depends on its size (bench/gpu/driver_costs).
+  std::map<uint64_t, uint64_t> sized_calls(DriverOp op) const;
   // Physical bytes held (created, not released), over all devices.
   uint64_t physical_bytes() const;
   // Live handles, reservations and mappings.
@@ -237,14 +243,20 @@ class Driver {
   void Count(DriverOp op) {
     calls_[static_cast<size_t>(op)].fetch_add(1, std::memory_order_relaxed);
   }
+  // Records the size of a memory call. REQUIRES: mu_ held.
+  void CountSizeLocked(DriverOp op, uint64_t bytes) {
+    ++sized_[static_cast<size_t>(op)][bytes];
+  }
   // Minimum granularity of `device`, cached. REQUIRES: mu_ held.
   StatusOr<uint64_t> MinimumGranularityLocked(int device);
   // Checks that a device range is mapped and accessible. REQUIRES: mu_ held.
   Status CheckAccessibleLocked(DevicePtr ptr, uint64_t size) const;
 
-  mutable std::mutex mu_;  // guards contract_, granularity_
+  mutable std::mutex mu_;  // guards contract_, granularity_, sized_
   DriverContract contract_;
   std::vector<uint64_t> granularity_;  // per device, 0 = not yet asked
+  // Memory calls by kind and size (guarded by mu_).
+  std::array<std::map<uint64_t, uint64_t>, kDriverOpCount> sized_;
   std::array<std::atomic<uint64_t>, kDriverOpCount> calls_{};
 };
 

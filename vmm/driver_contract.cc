@@ -266,6 +266,10 @@ int DriverContract::HandleDevice(uint64_t handle) const {
   return handles_.at(handle).device;
 }
 
+uint64_t DriverContract::HandleSize(uint64_t handle) const {
+  return handles_.at(handle).size;
+}
+
 ContractCounts DriverContract::counts() const {
   return ContractCounts{handles_.size(), handle_bytes_,    reservations_.size(),
                         reserved_bytes_, mappings_.size(), mapped_bytes_};

@@ -67,6 +67,8 @@ class DriverContract {
 
   // Device of a live handle. REQUIRES: the handle is live.
   int HandleDevice(uint64_t handle) const;
+  // Size of a live handle. REQUIRES: the handle is live.
+  uint64_t HandleSize(uint64_t handle) const;
   ContractCounts counts() const;
   // Aborts (LOOM_CHECK) if the invariants at the top do not hold.
   void CheckInvariants() const;

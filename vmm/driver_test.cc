@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -142,6 +143,33 @@ TYPED_TEST(DriverContractTest, MapAccessUnmapReleaseRoundTrip) {
   ASSERT_TRUE(d.Unreserve(*va, 4 * g).ok());
   EXPECT_EQ(d.calls(DriverOp::kMap), 1u);
   EXPECT_EQ(d.calls(DriverOp::kUnmap), 1u);
+}
+
+TYPED_TEST(DriverContractTest, MemoryCallsAreCountedBySize) {
+  Driver& d = *this->driver_;
+  const uint64_t g = this->g_;
+  DevicePtr va = *d.Reserve(4 * g);
+  PhysicalHandle a = *d.Create(0, g);
+  PhysicalHandle b = *d.Create(0, 3 * g);
+  ASSERT_TRUE(d.Map(va, g, a).ok());
+  ASSERT_TRUE(d.Map(va + g, 3 * g, b).ok());
+  EXPECT_EQ(d.Map(va, 2 * g, b).code(), StatusCode::kUnimplemented);
+  ASSERT_TRUE(d.SetAccess(va, 4 * g, 0).ok());
+  ASSERT_TRUE(d.Unmap(va, g).ok());
+  ASSERT_TRUE(d.Unmap(va + g, 3 * g).ok());
+  ASSERT_TRUE(d.Release(a).ok());
+  ASSERT_TRUE(d.Release(b).ok());
+  ASSERT_TRUE(d.Unreserve(va, 4 * g).ok());
+  using Sizes = std::map<uint64_t, uint64_t>;
+  EXPECT_EQ(d.sized_calls(DriverOp::kCreate), (Sizes{{g, 1}, {3 * g, 1}}));
+  EXPECT_EQ(d.sized_calls(DriverOp::kMap), (Sizes{{g, 1}, {3 * g, 1}}))
+      << "a refused call is not counted";
+  EXPECT_EQ(d.sized_calls(DriverOp::kSetAccess), (Sizes{{4 * g, 1}}));
+  EXPECT_EQ(d.sized_calls(DriverOp::kUnmap), (Sizes{{g, 1}, {3 * g, 1}}));
+  EXPECT_EQ(d.sized_calls(DriverOp::kRelease), (Sizes{{g, 1}, {3 * g, 1}}));
+  EXPECT_EQ(d.sized_calls(DriverOp::kReserve), (Sizes{{4 * g, 1}}));
+  EXPECT_EQ(d.sized_calls(DriverOp::kUnreserve), (Sizes{{4 * g, 1}}));
+  EXPECT_TRUE(d.sized_calls(DriverOp::kRecordEvent).empty());
 }
 
 TYPED_TEST(DriverContractTest, TwoMappingsOfOneHandleAlias) {

@@ -1,6 +1,7 @@
 #include "vmm/lending_policy.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace loom::vmm {
 
@@ -66,15 +67,16 @@ StatusOr<PageRun> ReclaimFromArena(PagePool& pool, StreamTracker& tracker,
 
 StatusOr<std::vector<PageRun>> StaticBacking::Take(uint32_t first,
                                                    uint32_t wanted,
-                                                   uint32_t max) {
+                                                   uint32_t max,
+                                                   uint32_t room) {
   // 1. Spare chunks for the `wanted` granules (a chunk larger than what
   // is left of them may go over the unbacked granules after the range, up
-  // to `max`: memory already held).
+  // to `room`: memory already held).
   std::vector<PageRun> runs;
   uint32_t taken = 0;
   while (taken < wanted) {
     const PageRun spare = FreeSpareRun(pool_, tracker_, wanted - taken,
-                                       max - taken, stream_, runs);
+                                       room - taken, stream_, runs);
     if (spare.count == 0) break;
     runs.push_back(spare);
     taken += spare.count;
@@ -84,7 +86,7 @@ StatusOr<std::vector<PageRun>> StaticBacking::Take(uint32_t first,
   // waiting for its work): memory the arena holds but does not use now,
   // taken before new memory is. (Warm-up only: a region's granules are
   // backed once.)
-  StatusOr<PageRun> reclaimed = ReclaimFromArena(pool_, tracker_, arena_, max);
+  StatusOr<PageRun> reclaimed = ReclaimFromArena(pool_, tracker_, arena_, room);
   if (reclaimed.ok()) return std::vector<PageRun>{*reclaimed};
   // 3. New pages: what is wanted, and at least kChunkPages when the
   // granules after the range are unbacked (the plan uses them soon; one
@@ -94,9 +96,15 @@ StatusOr<std::vector<PageRun>> StaticBacking::Take(uint32_t first,
 
 StatusOr<std::vector<PageRun>> StaticBacking::Grow(uint32_t first,
                                                    uint32_t count) {
-  // Spare chunks that did not fit go back first: held beside the new ones
-  // they would only raise the peak.
-  pool_.ReleaseUnfencedSpareChunks();
+  // Idle memory that did not fit goes back first: held beside the new
+  // pages it would only raise the peak.
+  uint32_t released = pool_.ReleaseUnfencedSpareChunks();
+  while (released < count) {
+    StatusOr<PageRun> idle = ReclaimFromArena(
+        pool_, tracker_, arena_, std::numeric_limits<uint32_t>::max());
+    if (!idle.ok() || !pool_.ReleasePage(idle->first).ok()) break;
+    released += idle->count;
+  }
   std::vector<PageRun> runs;
   Status failed;
   for (uint32_t k = first; k < first + count && failed.ok();) {
@@ -121,6 +129,7 @@ StatusOr<std::vector<PageRun>> StaticBacking::Grow(uint32_t first,
   return runs;
 }
 
+std::vector<PageRun> runs;
 int64_t LendingPolicy::Needed() const {
   // Unknown lifetime (an extra request): it may live for ever, and a static
   // page lent for ever would make its planned owner miss every iteration.

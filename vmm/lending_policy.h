@@ -69,11 +69,13 @@ struct RequestContext {
 };
 
 // Pages for static granules a planned allocation occupies for the first time
-// (StaticRegion::Back), for a request on `stream`. Order: spare chunks (up
-// to `wanted` pages); a chunk reclaimed from an idle arena mapping
-// (unmapped there after its work: memory held but unused is taken before
-// new memory); new pages (up to `max` of them, the extra ones backing the
-// granules after the range: the plan uses them soon). New pages come in
+// (StaticRegion::Back), for a request on `stream`. Order: spare chunks; a
+// chunk reclaimed from an idle arena mapping (unmapped there after its
+// work: memory held but unused is taken before new memory; either may be
+// larger than the range, over the unbacked granules after it); new pages
+// (up to `max` of them, the extra ones backing the granules after the
+// range: the plan uses them soon), after giving back the idle memory that
+// did not fit. New pages come in
 // one chunk per stretch of granules the plan uses at the same times
 // (PlanSchedule::SameUse: idle at the same times, so lent together; a
 // stretch where persistent requests live is never idle), one create and
@@ -101,12 +103,15 @@ class StaticBacking final : public PageSource {
         on_grow_(std::move(on_grow)) {}
 
   StatusOr<std::vector<PageRun>> Take(uint32_t first, uint32_t wanted,
-                                      uint32_t max) override;
+                                      uint32_t max, uint32_t room) override;
 
  private:
   // New chunks for `count` granules from `first`: one per stretch of
-  // granules of the same use (at most PagePool::kMaxChunkPages). Fewer
-  // pages if the cap or the device runs out.
+  // granules of the same use (at most PagePool::kMaxChunkPages). Memory
+  // held idle goes back to the driver first, up to `count` pages: spare
+  // chunks, then idle arena chunks (after their work), which did not fit
+  // where pages were wanted and would otherwise stay held beside the new
+  // ones. Fewer pages if the cap or the device runs out.
   StatusOr<std::vector<PageRun>> Grow(uint32_t first, uint32_t count);
 
   PagePool& pool_;

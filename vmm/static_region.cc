@@ -103,25 +103,29 @@ Status StaticRegion::Back(uint64_t offset, uint64_t size, PageSource& source,
     // range's end pages may go (granules still unbacked).
     uint32_t s = k;
     while (s < last && granules_[s + 1].page == kNoPage) ++s;
+    // New pages may back up to kMaxPrebacked more; memory already held
+    // (a whole chunk) may go over every unbacked granule the plan uses.
     uint32_t reach = s;
+    uint32_t room_end = s;
     if (s == last) {
-      while (reach + 1 < std::min(n, limit) &&
-             granules_[reach + 1].page == kNoPage &&
-             reach + 1 - last <= kMaxPrebacked) {
-        ++reach;
+      while (room_end + 1 < std::min(n, limit) &&
+             granules_[room_end + 1].page == kNoPage &&
+             room_end + 1 - k < PagePool::kMaxChunkPages) {
+        ++room_end;
+        if (room_end - last <= kMaxPrebacked) reach = room_end;
       }
     }
     StatusOr<std::vector<PageRun>> runs =
-        source.Take(k, s - k + 1, reach - k + 1);
+        source.Take(k, s - k + 1, reach - k + 1, room_end - k + 1);
     if (!runs.ok()) {
       status = runs.status();
       break;
     }
     uint32_t given = 0;
     for (const PageRun& run : *runs) given += run.count;
-    LOOM_CHECK(given >= 1 && given <= reach - k + 1,
+    LOOM_CHECK(given >= 1 && given <= room_end - k + 1,
                "page source gave {} pages for {} granules", given,
-               reach - k + 1);
+               room_end - k + 1);
     for (const PageRun& run : *runs) {
       status = pool_.MapRun(base_ + k * granularity_, run);
       if (!status.ok()) break;

@@ -36,11 +36,12 @@ class PageSource {
   virtual ~PageSource() = default;
   // Live pages, mapped nowhere in the static region, for `wanted`
   // consecutive granules from granule `first`: whole chunks, mapped in the
-  // order given, of 1 to `max` pages in all (more than `wanted` only to
-  // back the granules after the range, which the plan uses soon).
+  // order given, of 1 to `room` pages in all (more than `wanted` only to
+  // back the unbacked granules after the range, which the plan uses: new
+  // pages up to `max`, memory already held up to `room` >= max).
   // OUT_OF_MEMORY if none.
   virtual StatusOr<std::vector<PageRun>> Take(uint32_t first, uint32_t wanted,
-                                              uint32_t max) = 0;
+                                              uint32_t max, uint32_t room) = 0;
 };
 
 class StaticRegion {

@@ -35,8 +35,8 @@ class FixedSource : public PageSource {
       }
     }
   }
-  StatusOr<std::vector<PageRun>> Take(uint32_t, uint32_t wanted,
-                                      uint32_t max) override {
+  StatusOr<std::vector<PageRun>> Take(uint32_t, uint32_t wanted, uint32_t max,
+                                      uint32_t) override {
     ++calls;
     asked.emplace_back(wanted, max);
     if (chunks_.empty()) return OutOfMemoryError("no page left");
@@ -484,7 +484,8 @@ TEST_F(StaticRegionDeathTest, ASourceGivingTooManyPagesAborts) {
   class Greedy : public PageSource {
    public:
     explicit Greedy(PageRun run) : run_(run) {}
-    StatusOr<std::vector<PageRun>> Take(uint32_t, uint32_t, uint32_t) override {
+    StatusOr<std::vector<PageRun>> Take(uint32_t, uint32_t, uint32_t,
+                                        uint32_t) override {
       return std::vector<PageRun>{run_};
     }
     PageRun run_;

@@ -18,11 +18,6 @@ PRICED = ("cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap",
           "cuMemSetAccess", "cuMemAddressReserve", "cuMemAddressFree")
 
 
-def smallest_row_cost(kind):
-    row = min(COSTS["sizes"], key=lambda r: r["bytes"])
-    return row[kind]["median_us"]
-
-
 def run(tool, *args):
     done = subprocess.run([str(tool), *args], capture_output=True, text=True,
                           check=False, timeout=300)
@@ -38,28 +33,33 @@ def fixture_rows(loom_tool):
     return {row["allocator"]: row for row in rows}
 
 
-def test_loom_rows_cost_their_calls_at_the_granule(rows):
-    """vmm counts loom's calls by kind only: each is priced at the smallest
-    measured size, so the time is exactly count x cost."""
+def cost_bounds(kind):
+    """The cheapest and the dearest measured cost of one call of `kind`
+    (pricing is linear between measured sizes and clamped outside them)."""
+    costs = [r[kind]["median_us"] for r in COSTS["sizes"]]
+    return min(costs), max(costs)
+
+
+def test_loom_rows_are_priced_by_size(rows):
+    """vmm records the size of every memory call (Driver::sized_calls): no
+    loom call is priced at a guessed size, and the time lies between every
+    call at its kind's cheapest and at its dearest measured cost."""
     for name in ("loom", "loom_unplanned"):
         row = rows[name]
         time = row["driver_time"]
         calls = row["driver_calls"]
-        expected = sum(calls[kind] * smallest_row_cost(kind)
-                       for kind in PRICED)
         assert calls["total"] > 0
-        assert time["total_us"] == pytest.approx(expected, rel=1e-9)
         assert time["complete"] and time["unpriced_calls"] == 0
-        assert time["unsized_calls"] == calls["total"]
+        assert time["unsized_calls"] == 0
+        low = sum(calls[kind] * cost_bounds(kind)[0] for kind in PRICED)
+        high = sum(calls[kind] * cost_bounds(kind)[1] for kind in PRICED)
+        assert low <= time["total_us"] <= high
         assert "NVIDIA H200" in time["costs"]
         steady = row["steady_driver_calls_by_kind"]
         warm = row["warmup_driver_calls_by_kind"]
-        assert time["warmup_us"] == pytest.approx(
-            sum(warm[kind] * smallest_row_cost(kind) for kind in PRICED),
-            rel=1e-9)
-        assert time["steady_us"] == pytest.approx(
-            sum(steady[kind] * smallest_row_cost(kind) for kind in PRICED),
-            rel=1e-9, abs=1e-9)
+        assert time["warmup_us"] + time["steady_us"] <= \
+            time["total_us"] * (1 + 1e-9)
+        assert time["steady_us"] == 0 and steady["total"] == 0
         assert warm["total"] + steady["total"] <= calls["total"]
         # The counter of the last complete iteration is the steady state.
         assert row["counters"]["steady_driver_calls"] == steady["total"]
@@ -101,7 +101,8 @@ def test_the_embedded_table_is_the_default(loom_tool):
         [str(loom_tool), "replay", str(TRACE)], capture_output=True,
         text=True, check=True, timeout=300).stdout
     assert "driver time    warm-up " in text
-    assert "sizes not recorded: priced at 2.00 MiB" in text
+    # vmm records every call's size: nothing is priced at a guessed one.
+    assert "sizes not recorded" not in text
 
 
 @pytest.mark.parametrize("content, reason", [

@@ -18,9 +18,9 @@
 // Pricing (PriceDriverCalls): each call at the cost of its kind for its
 // size, linear between the measured sizes and clamped outside them (a call
 // below the smallest size costs the smallest's, one above the largest the
-// largest's). A call whose size is unknown (bytes 0: loom's rows, whose
-// counts come from vmm::Driver, which does not record sizes) is priced at
-// the smallest size, the granule. Kinds the table has no figure for
+// largest's). A call whose size is unknown (bytes 0; every row records
+// sizes today: the simulators per call, loom's through
+// vmm::Driver::sized_calls) is priced at the smallest size, the granule. Kinds the table has no figure for
 // (cudaMalloc and cudaFree in the measured tables) are not priced: they are
 // counted as unpriced, and reports say the time is incomplete.
 #ifndef LOOM_WHATIF_COMPARE_DRIVER_COSTS_H_

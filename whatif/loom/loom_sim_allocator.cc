@@ -196,7 +196,7 @@ const MemoryStats& LoomSimAllocator::stats() const {
 }
 
 const DriverCalls& LoomSimAllocator::driver_calls() const {
-  // vmm counts calls by kind only: their sizes are unknown here (bytes 0).
+  // vmm records each memory call's size (Driver::sized_calls).
   calls_ = DriverCalls();
   for (const auto& [kind, op] :
        {std::pair{DriverCallKind::kMemCreate, vmm::DriverOp::kCreate},
@@ -206,7 +206,9 @@ const DriverCalls& LoomSimAllocator::driver_calls() const {
         std::pair{DriverCallKind::kSetAccess, vmm::DriverOp::kSetAccess},
         std::pair{DriverCallKind::kAddressReserve, vmm::DriverOp::kReserve},
         std::pair{DriverCallKind::kAddressFree, vmm::DriverOp::kUnreserve}}) {
-    calls_.Add(kind, driver_->calls(op), /*bytes=*/0);
+    for (const auto& [bytes, count] : driver_->sized_calls(op)) {
+      calls_.Add(kind, count, bytes);
+    }
   }
   calls_.synchronize = driver_->calls(vmm::DriverOp::kSynchronizeStream);
   return calls_;

@@ -125,8 +125,9 @@ struct DriverCalls {
   uint64_t address_free = 0;     // cuMemAddressFree
   uint64_t synchronize = 0;      // stream/device synchronisations forced
   // The same calls by (kind, bytes one call covered), what driver time is
-  // priced from (whatif/compare/driver_costs.h). Bytes 0: not known (loom's
-  // rows: vmm counts its calls by kind only). Add() keeps both views equal.
+  // priced from (whatif/compare/driver_costs.h). Bytes 0: not known (every
+  // row records sizes today; loom's from vmm::Driver::sized_calls). Add()
+  // keeps both views equal.
   std::map<std::pair<DriverCallKind, uint64_t>, uint64_t> sized;
 
   // Records `calls` calls of `kind`, each covering `bytes` (0 = unknown).
