@@ -22,10 +22,14 @@ namespace loom::vmm {
 
 class CudaDriver final : public Driver {
  public:
-  // Loads the driver and initialises it. Errors: UNAVAILABLE with a message
-  // starting "no CUDA driver" when libcuda.so.1 cannot be loaded or lacks
-  // entry points; UNAVAILABLE "no CUDA device" when cuInit finds none.
+  // Loads the driver and initialises it: the library $LOOM_LIBCUDA names if
+  // set (tests point it at vmm/testing's stub libcuda), else libcuda.so.1.
+  // Errors: UNAVAILABLE with a message starting "no CUDA driver" when the
+  // library cannot be loaded or lacks entry points; UNAVAILABLE "no CUDA
+  // device" when cuInit finds none.
   static StatusOr<std::unique_ptr<CudaDriver>> Open();
+  // The same with the library named (a path, or a name dlopen searches).
+  static StatusOr<std::unique_ptr<CudaDriver>> Open(const std::string& library);
   ~CudaDriver() override;
 
   std::string_view name() const override { return "cuda"; }
