@@ -21,6 +21,9 @@
  *    (80 GiB), granularity LOOM_STUB_GRANULARITY (2 MiB, minimum and
  *    recommended), driver version LOOM_STUB_DRIVER_VERSION (13000); read at
  *    the first cuInit. Nothing works before cuInit (NOT_INITIALIZED).
+ *    LOOM_STUB_PARTIAL_MAPS=1 lets cuMemMap map part of a handle, as loom's
+ *    page pool still does (issue 20, item 2): for tests of other things
+ *    until the whole-handle design lands.
  *  - contexts: one primary context per device (retain/release counted; a
  *    released one is destroyed), a current context per thread. Calls that
  *    need a current context fail with INVALID_CONTEXT without one.

@@ -343,7 +343,7 @@ CUresult MemMap(CUdeviceptr ptr, size_t size, size_t offset,
     STUB_RETURN(CUDA_ERROR_INVALID_VALUE);
   }
   // As measured on the H200: only whole handles are mapped.
-  if (offset != 0 || size != h->second.size) {
+  if ((offset != 0 || size != h->second.size) && !s.config.partial_maps) {
     STUB_RETURN(CUDA_ERROR_NOT_SUPPORTED);
   }
   auto r = s.reservations.upper_bound(ptr);

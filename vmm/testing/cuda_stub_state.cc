@@ -17,9 +17,8 @@ uint64_t EnvNumber(const char* name, uint64_t fallback) {
   if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
   const unsigned long long value = std::strtoull(text, &end, 0);
-  if (end == text || *end != '\0' || value == 0) {
-    std::fprintf(stderr, "libcuda stub: %s=%s is not a positive number\n", name,
-                 text);
+  if (end == text || *end != '\0') {
+    std::fprintf(stderr, "libcuda stub: %s=%s is not a number\n", name, text);
     std::abort();
   }
   return value;
@@ -45,7 +44,9 @@ Config ConfigFromEnvironment() {
   c.granularity = EnvNumber("LOOM_STUB_GRANULARITY", c.granularity);
   c.driver_version =
       static_cast<int>(EnvNumber("LOOM_STUB_DRIVER_VERSION", c.driver_version));
-  if (c.devices > 64 || c.granularity % 4096 != 0 ||
+  c.partial_maps = EnvNumber("LOOM_STUB_PARTIAL_MAPS", 0) != 0;
+  if (c.devices < 1 || c.devices > 64 || c.granularity == 0 ||
+      c.granularity % 4096 != 0 || c.memory == 0 ||
       c.memory % c.granularity != 0) {
     std::fprintf(stderr,
                  "libcuda stub: bad configuration (devices %d, memory %" PRIu64
