@@ -63,6 +63,12 @@ Status CudaDriver::DoCopyToDevice(DevicePtr, const void*, uint64_t) {
 }
 Status CudaDriver::DoCopyToHost(void*, DevicePtr, uint64_t) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoMemset(DevicePtr, uint8_t, uint64_t) { LOOM_NO_CUDA(); }
+Status CudaDriver::DoMemsetAsync(DevicePtr, uint8_t, uint64_t, Stream) {
+  LOOM_NO_CUDA();
+}
+Status CudaDriver::DoCopyToHostAsync(void*, DevicePtr, uint64_t, Stream) {
+  LOOM_NO_CUDA();
+}
 #undef LOOM_NO_CUDA
 
 #else  // LOOM_NO_CUDA_HEADERS
@@ -111,7 +117,9 @@ Status CudaDriver::DoMemset(DevicePtr, uint8_t, uint64_t) { LOOM_NO_CUDA(); }
   X(cuStreamWaitEvent, 3020)              \
   X(cuMemcpyHtoD, 3020)                   \
   X(cuMemcpyDtoH, 3020)                   \
-  X(cuMemsetD8, 3020)
+  X(cuMemsetD8, 3020)                     \
+  X(cuMemsetD8Async, 3020)                \
+  X(cuMemcpyDtoHAsync, 3020)
 
 struct CudaDriver::Api {
   void* library = nullptr;
@@ -572,6 +580,24 @@ Status CudaDriver::DoMemset(DevicePtr dst, uint8_t value, uint64_t size) {
   Api::ScopedContext context(*api_, Api::kAnyDevice);
   LOOM_RETURN_IF_ERROR(context.status());
   return api_->Check(api_->cuMemsetD8(dst, value, size), "cuMemsetD8");
+}
+
+Status CudaDriver::DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
+                                 Stream stream) {
+  Api::ScopedContext context(*api_, api_->StreamDevice(stream));
+  LOOM_RETURN_IF_ERROR(context.status());
+  return api_->Check(api_->cuMemsetD8Async(dst, value, size,
+                                           reinterpret_cast<CUstream>(stream)),
+                     "cuMemsetD8Async");
+}
+
+Status CudaDriver::DoCopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
+                                     Stream stream) {
+  Api::ScopedContext context(*api_, api_->StreamDevice(stream));
+  LOOM_RETURN_IF_ERROR(context.status());
+  return api_->Check(api_->cuMemcpyDtoHAsync(
+                         dst, src, size, reinterpret_cast<CUstream>(stream)),
+                     "cuMemcpyDtoHAsync");
 }
 
 #endif  // LOOM_NO_CUDA_HEADERS

@@ -67,6 +67,10 @@ class CudaDriver final : public Driver {
   Status DoCopyToDevice(DevicePtr dst, const void* src, uint64_t size) override;
   Status DoCopyToHost(void* dst, DevicePtr src, uint64_t size) override;
   Status DoMemset(DevicePtr dst, uint8_t value, uint64_t size) override;
+  Status DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
+                       Stream stream) override;
+  Status DoCopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
+                           Stream stream) override;
 
  private:
   explicit CudaDriver(std::unique_ptr<Api> api);

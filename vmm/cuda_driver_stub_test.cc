@@ -64,6 +64,8 @@ const std::set<std::string>& AbiLoomCalls() {
       "cuMemcpyHtoD_v2",
       "cuMemcpyDtoH_v2",
       "cuMemsetD8_v2",
+      "cuMemsetD8Async",
+      "cuMemcpyDtoHAsync_v2",
   };
   return variants;
 }
@@ -134,12 +136,20 @@ class CudaDriverOnStubTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     StatusOr<Event> e = d.CreateEvent(0);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
+    ASSERT_TRUE(d.MemsetAsync(*va + g, 0x77, g, *s).ok());
+    uint8_t queued = 0;
+    ASSERT_TRUE(d.CopyToHostAsync(&queued, *va + g, 1, *s).ok());
     ASSERT_TRUE(d.RecordEvent(*e, *s).ok());
     ASSERT_TRUE(d.StreamWaitEvent(0, *e).ok());
-    StatusOr<bool> done = d.QueryEvent(*e);
+    EXPECT_EQ(queued, 0) << "queued work ran before anything waited for it";
+    StatusOr<bool> done = d.QueryEvent(*e);  // the stub: not yet
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_FALSE(*done);
+    ASSERT_TRUE(d.SynchronizeEvent(*e).ok());
+    EXPECT_EQ(queued, 0x77);
+    done = d.QueryEvent(*e);
     ASSERT_TRUE(done.ok()) << done.status().ToString();
     EXPECT_TRUE(*done);
-    ASSERT_TRUE(d.SynchronizeEvent(*e).ok());
     ASSERT_TRUE(d.SynchronizeStream(*s).ok());
     ASSERT_TRUE(d.SynchronizeStream(0).ok());
     Status synced = d.SynchronizeDevice(0);
