@@ -12,6 +12,7 @@
 #include "autoplan/replanner.h"
 #include "base/json.h"
 #include "plan/make_plan.h"
+#include "stress/kernels.h"
 #include "vmm/allocator.h"
 #include "vmm/async_host_driver.h"
 #include "vmm/driver_factory.h"
@@ -23,7 +24,6 @@ namespace {
 using vmm::DevicePtr;
 using vmm::Stream;
 
-constexpr uint64_t kStampStride = 4096;
 constexpr size_t kMaxFailureTexts = 20;
 constexpr int kCheckEvery = 64;
 
@@ -33,8 +33,8 @@ struct Buffer {
   uint64_t size = 0;
   Stream stream = 0;
   int device = 0;
-  uint64_t stamp = 0;   // written by its producer, expected by consumers
-  uint64_t owner = 0;   // key in the physical-ownership map
+  uint64_t stamp = 0;  // written by its producer, expected by consumers
+  uint64_t owner = 0;  // key in the physical-ownership map
 };
 
 // A captured graph: its buffers are replayed on its stream until released.
@@ -51,7 +51,13 @@ class Harness {
   Harness(const StressOptions& options, vmm::Driver& driver)
       : options_(options),
         driver_(driver),
-        async_(dynamic_cast<vmm::AsyncHostDriver*>(&driver)) {}
+        async_(dynamic_cast<vmm::AsyncHostDriver*>(&driver)),
+        kernels_(Kernels::For(driver, options.max_delay_us,
+                              [this](Problem problem, std::string what) {
+                                Failure(problem == Problem::kFault ? faults_
+                                                                   : corrupted_,
+                                        std::move(what));
+                              })) {}
 
   Status Init();
   void Run();
@@ -88,11 +94,13 @@ class Harness {
   void Replay(ThreadState& t, Graph& g);
   void InstallPlan();
 
-  // Kernels.
-  void Produce(Stream stream, const Buffer& b);
-  void Consume(Stream stream, const Buffer& b);
-  void Launch(Stream stream, const Buffer& b, std::function<void()> body);
-  std::vector<DevicePtr> StampAddresses(const Buffer& b) const;
+  // Kernels (kernels.h).
+  void Produce(Stream stream, const Buffer& b) {
+    kernels_->Produce(stream, {b.ptr, b.size, b.stamp, b.device});
+  }
+  void Consume(Stream stream, const Buffer& b) {
+    kernels_->Consume(stream, {b.ptr, b.size, b.stamp, b.device});
+  }
 
   // Physical ownership: every live buffer's bytes, checked at hand-out.
   bool Own(const Buffer& b, vmm::Allocator& a);
@@ -111,6 +119,7 @@ class Harness {
   const StressOptions& options_;
   vmm::Driver& driver_;
   vmm::AsyncHostDriver* async_;
+  std::unique_ptr<Kernels> kernels_;
   std::vector<std::unique_ptr<vmm::Allocator>> allocators_;
   // After the plan is installed, one per allocator, driven by thread 0:
   // iterations the plan does not fit are re-planned as variants.
@@ -133,9 +142,9 @@ class Harness {
   std::vector<std::string> failures_;
   std::vector<vmm::Event> events_;  // idle events for event waits
 
-  std::atomic<uint64_t> allocs_{0}, frees_{0}, kernels_{0}, cross_{0},
-      waits_{0}, empty_caches_{0}, ooms_{0}, plans_{0}, captures_{0},
-      replays_{0}, corrupted_{0}, invariant_failures_{0}, faults_{0};
+  std::atomic<uint64_t> allocs_{0}, frees_{0}, cross_{0}, waits_{0},
+      empty_caches_{0}, ooms_{0}, plans_{0}, captures_{0}, replays_{0},
+      corrupted_{0}, invariant_failures_{0}, faults_{0};
 };
 
 Status Harness::Init() {
@@ -148,8 +157,11 @@ Status Harness::Init() {
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<vmm::Allocator> allocator,
                           vmm::Allocator::Create(driver_, a));
     allocators_.push_back(std::move(allocator));
-    std::vector<Stream> streams = {0};  // the default stream too
-    for (int k = 1; k < options_.streams; ++k) {
+    // The default stream too, but on CUDA stream 0 is the calling thread's
+    // current device's (device 0's here): other devices get one more.
+    std::vector<Stream> streams;
+    if (d == 0 || driver_.name() != "cuda") streams.push_back(0);
+    for (int k = static_cast<int>(streams.size()); k < options_.streams; ++k) {
       LOOM_ASSIGN_OR_RETURN(Stream s, driver_.CreateStream(d));
       streams.push_back(s);
       created_streams_.push_back(s);
@@ -176,9 +188,9 @@ bool Harness::TimeUp() const {
   if (options_.max_ops != 0 && total_ops_.load() >= options_.max_ops) {
     return true;
   }
-  const double elapsed = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start_)
-                             .count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+          .count();
   return elapsed >= options_.seconds;
 }
 
@@ -195,6 +207,7 @@ void Harness::ThreadMain(int index) {
   ThreadState& t = threads_[index];
   while (!TimeUp()) {
     Step(index, t);
+    kernels_->Poll();
     ++t.ops;
     const uint64_t ops = ++total_ops_;
     if (ops % kCheckEvery == 0) {
@@ -230,9 +243,9 @@ void Harness::Step(int index, ThreadState& t) {
       if (t.in_iteration) ++t.iteration;
       t.in_iteration = true;
     }
-    const double elapsed = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - start_)
-                               .count();
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+            .count();
     const bool third = options_.max_ops != 0
                            ? total_ops_.load() * 3 >= options_.max_ops
                            : elapsed * 3 >= options_.seconds;
@@ -464,69 +477,6 @@ void Harness::InstallPlan() {
   }
 }
 
-std::vector<DevicePtr> Harness::StampAddresses(const Buffer& b) const {
-  std::vector<DevicePtr> out;
-  if (b.size < 8) return out;
-  for (uint64_t off = 0; off + 8 <= b.size; off += kStampStride) {
-    out.push_back(b.ptr + off);
-  }
-  const uint64_t last = (b.size - 8) & ~uint64_t{7};
-  if (out.back() != b.ptr + last) out.push_back(b.ptr + last);
-  return out;
-}
-
-void Harness::Launch(Stream stream, const Buffer& b,
-                     std::function<void()> body) {
-  ++kernels_;
-  if (async_ != nullptr) {
-    vmm::Kernel kernel;
-    kernel.accesses = {{b.ptr, b.size}};
-    kernel.body = std::move(body);
-    thread_local std::mt19937 delay_rng(
-        std::hash<std::thread::id>{}(std::this_thread::get_id()));
-    kernel.delay = std::chrono::microseconds(
-        options_.max_delay_us > 0 ? delay_rng() % options_.max_delay_us : 0);
-    Status launched = async_->Launch(stream, std::move(kernel));
-    if (!launched.ok()) {
-      Failure(faults_, fmt::format("kernel launch on live memory refused: {}",
-                                   launched.ToString()));
-    }
-    return;
-  }
-  if (driver_.holds_data()) body();
-}
-
-void Harness::Produce(Stream stream, const Buffer& b) {
-  std::vector<DevicePtr> at = StampAddresses(b);
-  const uint64_t stamp = b.stamp;
-  Launch(stream, b, [at = std::move(at), stamp] {
-    for (DevicePtr p : at) {
-      std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
-          .store(stamp, std::memory_order_relaxed);
-    }
-  });
-}
-
-void Harness::Consume(Stream stream, const Buffer& b) {
-  std::vector<DevicePtr> at = StampAddresses(b);
-  const uint64_t stamp = b.stamp;
-  const DevicePtr ptr = b.ptr;
-  Launch(stream, b, [this, at = std::move(at), stamp, ptr, stream] {
-    for (DevicePtr p : at) {
-      const uint64_t seen =
-          std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
-              .load(std::memory_order_relaxed);
-      if (seen != stamp) {
-        Failure(corrupted_,
-                fmt::format("buffer {} at {:#x} (stream {:#x}): byte {} holds "
-                            "stamp {}, not its own",
-                            stamp, ptr, stream, p - ptr, seen));
-        return;
-      }
-    }
-  });
-}
-
 bool Harness::Own(const Buffer& b, vmm::Allocator& a) {
   std::vector<vmm::PhysicalExtent> extents = a.PhysicalExtents(b.ptr);
   std::string conflict;
@@ -579,7 +529,7 @@ void Harness::Failure(std::atomic<uint64_t>& counter, std::string what) {
 }
 
 StressReport Harness::Finish() {
-  if (async_ != nullptr) async_->Drain();
+  kernels_->Drain();
   for (auto& a : allocators_) {
     a->CheckInvariants();
     a->EmptyCache().IgnoreError();
@@ -588,7 +538,7 @@ StressReport Harness::Finish() {
   r.ops = total_ops_;
   r.allocs = allocs_;
   r.frees = frees_;
-  r.kernels = kernels_;
+  r.kernels = kernels_->launched();
   r.cross_stream_uses = cross_;
   r.event_waits = waits_;
   r.empty_caches = empty_caches_;
@@ -624,10 +574,11 @@ StressReport Harness::Finish() {
   for (std::string& f : failures_) {
     if (r.failures.size() < kMaxFailureTexts) r.failures.push_back(f);
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                            start_)
-                  .count();
+  r.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+          .count();
   for (vmm::Event e : events_) driver_.DestroyEvent(e).IgnoreError();
+  kernels_.reset();     // reports nothing more: every check is done
   replanners_.clear();  // they use the allocators
   allocators_.clear();
   for (Stream s : created_streams_) driver_.DestroyStream(s).IgnoreError();
@@ -644,6 +595,9 @@ std::string StressReport::ToJson(const StressOptions& options) const {
   w.Key("threads").Int(options.threads);
   w.Key("streams").Int(options.streams);
   w.Key("devices").Int(options.devices);
+  w.Key("granularity").Uint(granularity);
+  w.Key("cap_bytes").Uint(cap_bytes);
+  w.Key("max_request").Uint(max_request);
   w.Key("seconds").Double(seconds);
   w.Key("ops").Uint(ops);
   w.Key("allocs").Uint(allocs);
@@ -694,13 +648,35 @@ StatusOr<StressReport> RunStress(const StressOptions& options) {
   driver_options.capacity_per_device = uint64_t{4} << 30;
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<vmm::Driver> driver,
                         vmm::OpenDriver(options.backend, driver_options));
+  StressOptions effective = options;
+  if (driver->name() == "cuda") {
+    // The device's page size rules; the program keeps its shape in pages.
+    LOOM_ASSIGN_OR_RETURN(int count, driver->DeviceCount());
+    if (options.devices > count) {
+      return InvalidArgumentError("stress: {} devices asked, {} present",
+                                  options.devices, count);
+    }
+    LOOM_ASSIGN_OR_RETURN(
+        effective.granularity,
+        driver->GetGranularity(0, vmm::Granularity::kMinimum));
+    effective.cap_bytes =
+        options.cap_bytes / options.granularity * effective.granularity;
+    effective.max_request =
+        options.max_request / options.granularity * effective.granularity;
+    if (effective.max_request == 0) {
+      effective.max_request = options.max_request;  // below one page
+    }
+  }
   StressReport report;
   {
-    Harness harness(options, *driver);
+    Harness harness(effective, *driver);
     LOOM_RETURN_IF_ERROR(harness.Init());
     harness.Run();
     report = harness.Finish();
   }
+  report.granularity = effective.granularity;
+  report.cap_bytes = effective.cap_bytes;
+  report.max_request = effective.max_request;
   return report;
 }
 

@@ -363,6 +363,7 @@ CUresult MemMap(CUdeviceptr ptr, size_t size, size_t offset,
   Mapping& m = s.mappings[ptr];
   m.size = size;
   m.handle = handle;
+  m.offset = offset;
   m.access.assign(size / g, false);
   ++h->second.mappings;
   STUB_RETURN(CUDA_SUCCESS);

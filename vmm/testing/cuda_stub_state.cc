@@ -192,7 +192,7 @@ std::optional<std::vector<Piece>> Translate(State& s, CUdeviceptr ptr,
         if (!m.access[k]) return std::nullopt;
       }
     }
-    pieces.push_back({s.handles.at(m.handle).bytes + (at - base),
+    pieces.push_back({s.handles.at(m.handle).bytes + m.offset + (at - base),
                       static_cast<size_t>(stop - at)});
     at = stop;
   }

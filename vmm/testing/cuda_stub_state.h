@@ -83,6 +83,7 @@ struct Handle {
 struct Mapping {
   uint64_t size = 0;
   uint64_t handle = 0;
+  uint64_t offset = 0;  // into the handle (0 unless LOOM_STUB_PARTIAL_MAPS)
   std::vector<bool> access;  // per granule: cuMemSetAccess done
 };
 
