@@ -2,17 +2,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
-#include <tuple>
 
 #include "autoplan/replanner.h"
-#include "base/json.h"
 #include "plan/make_plan.h"
 #include "stress/kernels.h"
+#include "stress/ownership.h"
 #include "vmm/allocator.h"
 #include "vmm/async_host_driver.h"
 #include "vmm/driver_factory.h"
@@ -132,13 +130,8 @@ class Harness {
   std::atomic<uint64_t> next_stamp_{1};
   std::atomic<bool> plan_done_{false};
 
-  std::mutex mu_;  // guards owned_, failures_, events_
-  // (device, page, lo) -> (hi, owner): physical bytes of live buffers.
-  std::map<std::tuple<int, vmm::PageId, uint32_t>,
-           std::pair<uint32_t, uint64_t>>
-      owned_;
-  std::map<uint64_t, std::vector<std::tuple<int, vmm::PageId, uint32_t>>>
-      owned_by_;
+  Ownership ownership_;  // physical bytes of live buffers
+  std::mutex mu_;        // guards failures_, events_
   std::vector<std::string> failures_;
   std::vector<vmm::Event> events_;  // idle events for event waits
 
@@ -478,49 +471,17 @@ void Harness::InstallPlan() {
 }
 
 bool Harness::Own(const Buffer& b, vmm::Allocator& a) {
-  std::vector<vmm::PhysicalExtent> extents = a.PhysicalExtents(b.ptr);
-  std::string conflict;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const vmm::PhysicalExtent& e : extents) {
-      auto it = owned_.lower_bound({b.device, e.page, 0});
-      const auto end = owned_.upper_bound({b.device, e.page, ~uint32_t{0}});
-      for (; it != end && conflict.empty(); ++it) {
-        const uint32_t lo = std::get<2>(it->first);
-        const auto [hi, owner] = it->second;
-        if (owner != b.owner && lo < e.hi && e.lo < hi) {
-          conflict = fmt::format(
-              "buffer {} ({} bytes at {:#x}, stream {:#x}) was given bytes "
-              "[{}, {}) of page {} that owner {} still holds",
-              b.stamp, b.size, b.ptr, b.stream, std::max(lo, e.lo),
-              std::min(hi, e.hi), e.page, owner);
-        }
-      }
-      if (!conflict.empty()) break;
-    }
-    if (conflict.empty()) {
-      std::vector<std::tuple<int, vmm::PageId, uint32_t>>& keys =
-          owned_by_[b.owner];
-      for (const vmm::PhysicalExtent& e : extents) {
-        auto [it, inserted] =
-            owned_.try_emplace({b.device, e.page, e.lo}, e.hi, b.owner);
-        if (!inserted) it->second.first = std::max(it->second.first, e.hi);
-        keys.push_back({b.device, e.page, e.lo});
-      }
-    }
-  }
+  std::string conflict =
+      ownership_.Take(b.device, b.owner, a.PhysicalExtents(b.ptr));
   if (conflict.empty()) return true;
-  Failure(invariant_failures_, std::move(conflict));
+  Failure(
+      invariant_failures_,
+      fmt::format("buffer {} ({} bytes at {:#x}, stream {:#x}) was given {}",
+                  b.stamp, b.size, b.ptr, b.stream, conflict));
   return false;
 }
 
-void Harness::Disown(const Buffer& b) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = owned_by_.find(b.owner);
-  if (it == owned_by_.end()) return;
-  for (const auto& key : it->second) owned_.erase(key);
-  owned_by_.erase(it);
-}
+void Harness::Disown(const Buffer& b) { ownership_.Release(b.owner); }
 
 void Harness::Failure(std::atomic<uint64_t>& counter, std::string what) {
   ++counter;
@@ -586,47 +547,6 @@ StressReport Harness::Finish() {
 }
 
 }  // namespace
-
-std::string StressReport::ToJson(const StressOptions& options) const {
-  JsonWriter w(2);
-  w.BeginObject();
-  w.Key("backend").String(options.backend);
-  w.Key("seed").Uint(options.seed);
-  w.Key("threads").Int(options.threads);
-  w.Key("streams").Int(options.streams);
-  w.Key("devices").Int(options.devices);
-  w.Key("granularity").Uint(granularity);
-  w.Key("cap_bytes").Uint(cap_bytes);
-  w.Key("max_request").Uint(max_request);
-  w.Key("seconds").Double(seconds);
-  w.Key("ops").Uint(ops);
-  w.Key("allocs").Uint(allocs);
-  w.Key("frees").Uint(frees);
-  w.Key("kernels").Uint(kernels);
-  w.Key("kernels_skipped").Uint(kernels_skipped);
-  w.Key("cross_stream_uses").Uint(cross_stream_uses);
-  w.Key("event_waits").Uint(event_waits);
-  w.Key("empty_caches").Uint(empty_caches);
-  w.Key("ooms").Uint(ooms);
-  w.Key("oom_retries").Uint(oom_retries);
-  w.Key("plans_installed").Uint(plans_installed);
-  w.Key("plan_hits").Uint(plan_hits);
-  w.Key("plan_misses").Uint(plan_misses);
-  w.Key("plan_suspensions").Uint(plan_suspensions);
-  w.Key("replans").Uint(replans);
-  w.Key("plans_unloaded").Uint(plans_unloaded);
-  w.Key("graph_captures").Uint(graph_captures);
-  w.Key("graph_replays").Uint(graph_replays);
-  w.Key("faults").Uint(faults);
-  w.Key("corrupted").Uint(corrupted);
-  w.Key("invariant_failures").Uint(invariant_failures);
-  w.Key("ok").Bool(ok());
-  w.Key("failures").BeginArray();
-  for (const std::string& f : failures) w.String(f);
-  w.EndArray();
-  w.EndObject();
-  return w.str();
-}
 
 StatusOr<StressReport> RunStress(const StressOptions& options) {
   if (options.threads < 1 || options.threads > 64 || options.streams < 1 ||
