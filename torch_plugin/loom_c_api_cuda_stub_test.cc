@@ -76,12 +76,16 @@ class Loop {
 class CApiOnCudaStubTest : public ::testing::Test {
  protected:
   void SetUp() override {
+#ifdef LOOM_NO_CUDA_HEADERS
+    GTEST_SKIP() << "built without CUDA headers: the stub libcuda is empty";
+#endif
     loom::StatusOr<CudaStub*> stub = CudaStub::Get();
     ASSERT_TRUE(stub.ok()) << stub.status().ToString();
     stub_ = *stub;
     stub_->Clear();
   }
   void TearDown() override {
+    if (stub_ == nullptr) return;  // skipped
     EXPECT_EQ(loom_shutdown(), 0) << loom_last_error();
     const CudaStub::Live live = stub_->live();
     EXPECT_EQ(live.handles, 0u);

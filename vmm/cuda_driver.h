@@ -1,14 +1,18 @@
 // CudaDriver: the Driver backend for real NVIDIA GPUs.
 //
 // libcuda.so.1 is loaded at run time (dlopen) and every entry point is
-// resolved through cuGetProcAddress; nothing links libcuda, so every loom
-// binary starts on a machine without a GPU and Open() reports "no CUDA
-// driver" there. Every CUresult becomes a Status carrying the driver's own
-// error name and string (e.g. "cuMemCreate(2097152 bytes, device 0):
-// CUDA_ERROR_OUT_OF_MEMORY: out of memory"). Physical memory is pinned device
-// memory (CU_MEM_ALLOCATION_TYPE_PINNED) without shareable handle types.
+// resolved through cuGetProcAddress, each at the CUDA version whose
+// signature loom calls (docs/driver_contract.md); nothing links libcuda, so
+// every loom binary starts on a machine without a GPU and Open() reports
+// "no CUDA driver" there. Every CUresult becomes a Status carrying the
+// driver's own error name and string (e.g. "cuMemCreate(2097152 bytes,
+// device 0): CUDA_ERROR_OUT_OF_MEMORY: out of memory"). Physical memory is
+// pinned device memory (CU_MEM_ALLOCATION_TYPE_PINNED) without shareable
+// handle types.
 // Calls run in the device's primary context: if the calling thread has
-// another context current, it is switched for the call and restored after.
+// another context current (or none), it is switched for the call and
+// restored after; a thread with the device's primary context current (as
+// PyTorch's are) keeps it.
 // Built without CUDA headers (LOOM_NO_CUDA_HEADERS), Open() always fails.
 #ifndef LOOM_VMM_CUDA_DRIVER_H_
 #define LOOM_VMM_CUDA_DRIVER_H_

@@ -27,6 +27,10 @@ class Stub:
 
     def __init__(self, path):
         self.lib = ctypes.CDLL(str(path))
+        if not hasattr(self.lib, "cuInit"):
+            pytest.fail(f"{path} is empty: loom was built without CUDA "
+                        f"headers (set LOOM_CUDA_PATH and rebuild)",
+                        pytrace=False)
         self.lib.loom_stub_read_problems.restype = ctypes.c_size_t
         self.lib.loom_stub_read_counts.restype = ctypes.c_size_t
         assert self.lib.cuInit(0) == 0

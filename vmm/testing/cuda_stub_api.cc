@@ -34,6 +34,14 @@ CUresult PrimaryRelease(State& s, CUdevice device) {
   if (--ctx->refcount == 0) {
     RunContext(s, ctx);  // its work finishes; its streams and events go
     ctx->active = false;
+    for (const auto& stream : s.streams) {
+      if (stream->ctx == ctx && stream.get() != ctx->null_stream) {
+        stream->destroyed = true;
+      }
+    }
+    for (const auto& event : s.events) {
+      if (event->ctx == ctx) event->destroyed = true;
+    }
   }
   return CUDA_SUCCESS;
 }
