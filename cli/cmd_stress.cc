@@ -26,8 +26,11 @@ int RunStress(const Args& args) {
       "of memory under a cap, a plan installed mid-run, graph-capture "
       "regions and markers. Reports faults (memory unmapped or handed out "
       "while a queued kernel still touches it), corrupted buffers and broken "
-      "invariants; all must be 0.");
-  flags.AddString("backend", &o.backend, "async (default), host or fake");
+      "invariants; all must be 0. On --backend cuda a kernel is a memset and "
+      "a copy back queued on the stream, checked when the GPU gets there; "
+      "the GPU's page size replaces --granularity and scales --cap and "
+      "--max-request with it.");
+  flags.AddString("backend", &o.backend, "async (default), host, fake or cuda");
   flags.AddDouble("seconds", &o.seconds, "how long to run (default 10)");
   flags.AddInt("ops", &ops, "stop after this many operations (0: time only)");
   flags.AddInt("seed", &seed, "random seed (default 1)");
@@ -35,9 +38,11 @@ int RunStress(const Args& args) {
   flags.AddInt("threads", &threads, "harness threads (default 2)");
   flags.AddInt("devices", &devices, "devices (default 1)");
   flags.AddSize("cap", &cap, "physical memory cap per device (default 12MiB)");
-  flags.AddSize("granularity", &granularity, "page size (default 64KiB)");
+  flags.AddSize("granularity", &granularity,
+                "page size (default 64KiB; cuda: the GPU's)");
   flags.AddSize("max-request", &max_request, "largest request (default 1MiB)");
-  flags.AddInt("max-delay-us", &delay, "longest kernel delay (default 300)");
+  flags.AddInt("max-delay-us", &delay,
+               "longest kernel delay, async backend (default 300)");
   flags.AddBool("plan", &plan, "install a plan mid-run (default on)");
   flags.AddBool("graphs", &graphs, "graph-capture regions (default on)");
   flags.AddBool("json", &json, "print JSON");
@@ -64,10 +69,12 @@ int RunStress(const Args& args) {
   } else {
     const stress::StressReport& r = *report;
     std::printf(
-        "%s backend, seed %llu, %.1f s: %llu ops, %llu kernels, %llu cross-"
-        "stream uses, %llu empty_cache, %llu OOM, %llu plans (%llu hits), "
-        "%llu graphs (%llu replays)\n",
+        "%s backend, seed %llu, %.1f s, pages of %llu KiB, cap %llu MiB: "
+        "%llu ops, %llu kernels, %llu cross-stream uses, %llu empty_cache, "
+        "%llu OOM, %llu plans (%llu hits), %llu graphs (%llu replays)\n",
         o.backend.c_str(), static_cast<unsigned long long>(o.seed), r.seconds,
+        static_cast<unsigned long long>(r.granularity >> 10),
+        static_cast<unsigned long long>(r.cap_bytes >> 20),
         static_cast<unsigned long long>(r.ops),
         static_cast<unsigned long long>(r.kernels),
         static_cast<unsigned long long>(r.cross_stream_uses),

@@ -2,16 +2,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
-#include <tuple>
 
 #include "autoplan/replanner.h"
-#include "base/json.h"
 #include "plan/make_plan.h"
+#include "stress/kernels.h"
+#include "stress/ownership.h"
 #include "vmm/allocator.h"
 #include "vmm/async_host_driver.h"
 #include "vmm/driver_factory.h"
@@ -23,7 +22,6 @@ namespace {
 using vmm::DevicePtr;
 using vmm::Stream;
 
-constexpr uint64_t kStampStride = 4096;
 constexpr size_t kMaxFailureTexts = 20;
 constexpr int kCheckEvery = 64;
 
@@ -33,8 +31,8 @@ struct Buffer {
   uint64_t size = 0;
   Stream stream = 0;
   int device = 0;
-  uint64_t stamp = 0;   // written by its producer, expected by consumers
-  uint64_t owner = 0;   // key in the physical-ownership map
+  uint64_t stamp = 0;  // written by its producer, expected by consumers
+  uint64_t owner = 0;  // key in the physical-ownership map
 };
 
 // A captured graph: its buffers are replayed on its stream until released.
@@ -51,7 +49,13 @@ class Harness {
   Harness(const StressOptions& options, vmm::Driver& driver)
       : options_(options),
         driver_(driver),
-        async_(dynamic_cast<vmm::AsyncHostDriver*>(&driver)) {}
+        async_(dynamic_cast<vmm::AsyncHostDriver*>(&driver)),
+        kernels_(Kernels::For(driver, options.max_delay_us,
+                              [this](Problem problem, std::string what) {
+                                Failure(problem == Problem::kFault ? faults_
+                                                                   : corrupted_,
+                                        std::move(what));
+                              })) {}
 
   Status Init();
   void Run();
@@ -88,11 +92,13 @@ class Harness {
   void Replay(ThreadState& t, Graph& g);
   void InstallPlan();
 
-  // Kernels.
-  void Produce(Stream stream, const Buffer& b);
-  void Consume(Stream stream, const Buffer& b);
-  void Launch(Stream stream, const Buffer& b, std::function<void()> body);
-  std::vector<DevicePtr> StampAddresses(const Buffer& b) const;
+  // Kernels (kernels.h).
+  void Produce(Stream stream, const Buffer& b) {
+    kernels_->Produce(stream, {b.ptr, b.size, b.stamp, b.device});
+  }
+  void Consume(Stream stream, const Buffer& b) {
+    kernels_->Consume(stream, {b.ptr, b.size, b.stamp, b.device});
+  }
 
   // Physical ownership: every live buffer's bytes, checked at hand-out.
   bool Own(const Buffer& b, vmm::Allocator& a);
@@ -111,6 +117,7 @@ class Harness {
   const StressOptions& options_;
   vmm::Driver& driver_;
   vmm::AsyncHostDriver* async_;
+  std::unique_ptr<Kernels> kernels_;
   std::vector<std::unique_ptr<vmm::Allocator>> allocators_;
   // After the plan is installed, one per allocator, driven by thread 0:
   // iterations the plan does not fit are re-planned as variants.
@@ -123,19 +130,14 @@ class Harness {
   std::atomic<uint64_t> next_stamp_{1};
   std::atomic<bool> plan_done_{false};
 
-  std::mutex mu_;  // guards owned_, failures_, events_
-  // (device, page, lo) -> (hi, owner): physical bytes of live buffers.
-  std::map<std::tuple<int, vmm::PageId, uint32_t>,
-           std::pair<uint32_t, uint64_t>>
-      owned_;
-  std::map<uint64_t, std::vector<std::tuple<int, vmm::PageId, uint32_t>>>
-      owned_by_;
+  Ownership ownership_;  // physical bytes of live buffers
+  std::mutex mu_;        // guards failures_, events_
   std::vector<std::string> failures_;
   std::vector<vmm::Event> events_;  // idle events for event waits
 
-  std::atomic<uint64_t> allocs_{0}, frees_{0}, kernels_{0}, cross_{0},
-      waits_{0}, empty_caches_{0}, ooms_{0}, plans_{0}, captures_{0},
-      replays_{0}, corrupted_{0}, invariant_failures_{0}, faults_{0};
+  std::atomic<uint64_t> allocs_{0}, frees_{0}, cross_{0}, waits_{0},
+      empty_caches_{0}, ooms_{0}, plans_{0}, captures_{0}, replays_{0},
+      corrupted_{0}, invariant_failures_{0}, faults_{0};
 };
 
 Status Harness::Init() {
@@ -148,8 +150,11 @@ Status Harness::Init() {
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<vmm::Allocator> allocator,
                           vmm::Allocator::Create(driver_, a));
     allocators_.push_back(std::move(allocator));
-    std::vector<Stream> streams = {0};  // the default stream too
-    for (int k = 1; k < options_.streams; ++k) {
+    // The default stream too, but on CUDA stream 0 is the calling thread's
+    // current device's (device 0's here): other devices get one more.
+    std::vector<Stream> streams;
+    if (d == 0 || driver_.name() != "cuda") streams.push_back(0);
+    for (int k = static_cast<int>(streams.size()); k < options_.streams; ++k) {
       LOOM_ASSIGN_OR_RETURN(Stream s, driver_.CreateStream(d));
       streams.push_back(s);
       created_streams_.push_back(s);
@@ -176,9 +181,9 @@ bool Harness::TimeUp() const {
   if (options_.max_ops != 0 && total_ops_.load() >= options_.max_ops) {
     return true;
   }
-  const double elapsed = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start_)
-                             .count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+          .count();
   return elapsed >= options_.seconds;
 }
 
@@ -195,6 +200,7 @@ void Harness::ThreadMain(int index) {
   ThreadState& t = threads_[index];
   while (!TimeUp()) {
     Step(index, t);
+    kernels_->Poll();
     ++t.ops;
     const uint64_t ops = ++total_ops_;
     if (ops % kCheckEvery == 0) {
@@ -230,9 +236,9 @@ void Harness::Step(int index, ThreadState& t) {
       if (t.in_iteration) ++t.iteration;
       t.in_iteration = true;
     }
-    const double elapsed = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - start_)
-                               .count();
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+            .count();
     const bool third = options_.max_ops != 0
                            ? total_ops_.load() * 3 >= options_.max_ops
                            : elapsed * 3 >= options_.seconds;
@@ -464,113 +470,18 @@ void Harness::InstallPlan() {
   }
 }
 
-std::vector<DevicePtr> Harness::StampAddresses(const Buffer& b) const {
-  std::vector<DevicePtr> out;
-  if (b.size < 8) return out;
-  for (uint64_t off = 0; off + 8 <= b.size; off += kStampStride) {
-    out.push_back(b.ptr + off);
-  }
-  const uint64_t last = (b.size - 8) & ~uint64_t{7};
-  if (out.back() != b.ptr + last) out.push_back(b.ptr + last);
-  return out;
-}
-
-void Harness::Launch(Stream stream, const Buffer& b,
-                     std::function<void()> body) {
-  ++kernels_;
-  if (async_ != nullptr) {
-    vmm::Kernel kernel;
-    kernel.accesses = {{b.ptr, b.size}};
-    kernel.body = std::move(body);
-    thread_local std::mt19937 delay_rng(
-        std::hash<std::thread::id>{}(std::this_thread::get_id()));
-    kernel.delay = std::chrono::microseconds(
-        options_.max_delay_us > 0 ? delay_rng() % options_.max_delay_us : 0);
-    Status launched = async_->Launch(stream, std::move(kernel));
-    if (!launched.ok()) {
-      Failure(faults_, fmt::format("kernel launch on live memory refused: {}",
-                                   launched.ToString()));
-    }
-    return;
-  }
-  if (driver_.holds_data()) body();
-}
-
-void Harness::Produce(Stream stream, const Buffer& b) {
-  std::vector<DevicePtr> at = StampAddresses(b);
-  const uint64_t stamp = b.stamp;
-  Launch(stream, b, [at = std::move(at), stamp] {
-    for (DevicePtr p : at) {
-      std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
-          .store(stamp, std::memory_order_relaxed);
-    }
-  });
-}
-
-void Harness::Consume(Stream stream, const Buffer& b) {
-  std::vector<DevicePtr> at = StampAddresses(b);
-  const uint64_t stamp = b.stamp;
-  const DevicePtr ptr = b.ptr;
-  Launch(stream, b, [this, at = std::move(at), stamp, ptr, stream] {
-    for (DevicePtr p : at) {
-      const uint64_t seen =
-          std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
-              .load(std::memory_order_relaxed);
-      if (seen != stamp) {
-        Failure(corrupted_,
-                fmt::format("buffer {} at {:#x} (stream {:#x}): byte {} holds "
-                            "stamp {}, not its own",
-                            stamp, ptr, stream, p - ptr, seen));
-        return;
-      }
-    }
-  });
-}
-
 bool Harness::Own(const Buffer& b, vmm::Allocator& a) {
-  std::vector<vmm::PhysicalExtent> extents = a.PhysicalExtents(b.ptr);
-  std::string conflict;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const vmm::PhysicalExtent& e : extents) {
-      auto it = owned_.lower_bound({b.device, e.page, 0});
-      const auto end = owned_.upper_bound({b.device, e.page, ~uint32_t{0}});
-      for (; it != end && conflict.empty(); ++it) {
-        const uint32_t lo = std::get<2>(it->first);
-        const auto [hi, owner] = it->second;
-        if (owner != b.owner && lo < e.hi && e.lo < hi) {
-          conflict = fmt::format(
-              "buffer {} ({} bytes at {:#x}, stream {:#x}) was given bytes "
-              "[{}, {}) of page {} that owner {} still holds",
-              b.stamp, b.size, b.ptr, b.stream, std::max(lo, e.lo),
-              std::min(hi, e.hi), e.page, owner);
-        }
-      }
-      if (!conflict.empty()) break;
-    }
-    if (conflict.empty()) {
-      std::vector<std::tuple<int, vmm::PageId, uint32_t>>& keys =
-          owned_by_[b.owner];
-      for (const vmm::PhysicalExtent& e : extents) {
-        auto [it, inserted] =
-            owned_.try_emplace({b.device, e.page, e.lo}, e.hi, b.owner);
-        if (!inserted) it->second.first = std::max(it->second.first, e.hi);
-        keys.push_back({b.device, e.page, e.lo});
-      }
-    }
-  }
+  std::string conflict =
+      ownership_.Take(b.device, b.owner, a.PhysicalExtents(b.ptr));
   if (conflict.empty()) return true;
-  Failure(invariant_failures_, std::move(conflict));
+  Failure(
+      invariant_failures_,
+      fmt::format("buffer {} ({} bytes at {:#x}, stream {:#x}) was given {}",
+                  b.stamp, b.size, b.ptr, b.stream, conflict));
   return false;
 }
 
-void Harness::Disown(const Buffer& b) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = owned_by_.find(b.owner);
-  if (it == owned_by_.end()) return;
-  for (const auto& key : it->second) owned_.erase(key);
-  owned_by_.erase(it);
-}
+void Harness::Disown(const Buffer& b) { ownership_.Release(b.owner); }
 
 void Harness::Failure(std::atomic<uint64_t>& counter, std::string what) {
   ++counter;
@@ -579,7 +490,7 @@ void Harness::Failure(std::atomic<uint64_t>& counter, std::string what) {
 }
 
 StressReport Harness::Finish() {
-  if (async_ != nullptr) async_->Drain();
+  kernels_->Drain();
   for (auto& a : allocators_) {
     a->CheckInvariants();
     a->EmptyCache().IgnoreError();
@@ -588,7 +499,7 @@ StressReport Harness::Finish() {
   r.ops = total_ops_;
   r.allocs = allocs_;
   r.frees = frees_;
-  r.kernels = kernels_;
+  r.kernels = kernels_->launched();
   r.cross_stream_uses = cross_;
   r.event_waits = waits_;
   r.empty_caches = empty_caches_;
@@ -624,10 +535,11 @@ StressReport Harness::Finish() {
   for (std::string& f : failures_) {
     if (r.failures.size() < kMaxFailureTexts) r.failures.push_back(f);
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                            start_)
-                  .count();
+  r.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+          .count();
   for (vmm::Event e : events_) driver_.DestroyEvent(e).IgnoreError();
+  kernels_.reset();     // reports nothing more: every check is done
   replanners_.clear();  // they use the allocators
   allocators_.clear();
   for (Stream s : created_streams_) driver_.DestroyStream(s).IgnoreError();
@@ -635,44 +547,6 @@ StressReport Harness::Finish() {
 }
 
 }  // namespace
-
-std::string StressReport::ToJson(const StressOptions& options) const {
-  JsonWriter w(2);
-  w.BeginObject();
-  w.Key("backend").String(options.backend);
-  w.Key("seed").Uint(options.seed);
-  w.Key("threads").Int(options.threads);
-  w.Key("streams").Int(options.streams);
-  w.Key("devices").Int(options.devices);
-  w.Key("seconds").Double(seconds);
-  w.Key("ops").Uint(ops);
-  w.Key("allocs").Uint(allocs);
-  w.Key("frees").Uint(frees);
-  w.Key("kernels").Uint(kernels);
-  w.Key("kernels_skipped").Uint(kernels_skipped);
-  w.Key("cross_stream_uses").Uint(cross_stream_uses);
-  w.Key("event_waits").Uint(event_waits);
-  w.Key("empty_caches").Uint(empty_caches);
-  w.Key("ooms").Uint(ooms);
-  w.Key("oom_retries").Uint(oom_retries);
-  w.Key("plans_installed").Uint(plans_installed);
-  w.Key("plan_hits").Uint(plan_hits);
-  w.Key("plan_misses").Uint(plan_misses);
-  w.Key("plan_suspensions").Uint(plan_suspensions);
-  w.Key("replans").Uint(replans);
-  w.Key("plans_unloaded").Uint(plans_unloaded);
-  w.Key("graph_captures").Uint(graph_captures);
-  w.Key("graph_replays").Uint(graph_replays);
-  w.Key("faults").Uint(faults);
-  w.Key("corrupted").Uint(corrupted);
-  w.Key("invariant_failures").Uint(invariant_failures);
-  w.Key("ok").Bool(ok());
-  w.Key("failures").BeginArray();
-  for (const std::string& f : failures) w.String(f);
-  w.EndArray();
-  w.EndObject();
-  return w.str();
-}
 
 StatusOr<StressReport> RunStress(const StressOptions& options) {
   if (options.threads < 1 || options.threads > 64 || options.streams < 1 ||
@@ -694,13 +568,35 @@ StatusOr<StressReport> RunStress(const StressOptions& options) {
   driver_options.capacity_per_device = uint64_t{4} << 30;
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<vmm::Driver> driver,
                         vmm::OpenDriver(options.backend, driver_options));
+  StressOptions effective = options;
+  if (driver->name() == "cuda") {
+    // The device's page size rules; the program keeps its shape in pages.
+    LOOM_ASSIGN_OR_RETURN(int count, driver->DeviceCount());
+    if (options.devices > count) {
+      return InvalidArgumentError("stress: {} devices asked, {} present",
+                                  options.devices, count);
+    }
+    LOOM_ASSIGN_OR_RETURN(
+        effective.granularity,
+        driver->GetGranularity(0, vmm::Granularity::kMinimum));
+    effective.cap_bytes =
+        options.cap_bytes / options.granularity * effective.granularity;
+    effective.max_request =
+        options.max_request / options.granularity * effective.granularity;
+    if (effective.max_request == 0) {
+      effective.max_request = options.max_request;  // below one page
+    }
+  }
   StressReport report;
   {
-    Harness harness(options, *driver);
+    Harness harness(effective, *driver);
     LOOM_RETURN_IF_ERROR(harness.Init());
     harness.Run();
     report = harness.Finish();
   }
+  report.granularity = effective.granularity;
+  report.cap_bytes = effective.cap_bytes;
+  report.max_request = effective.max_request;
   return report;
 }
 

@@ -18,7 +18,12 @@
 //    sharing a physical byte, checked at every hand-out, and the
 //    allocator's own CheckInvariants every 64 operations (which aborts).
 // All three must be 0. With --backend host or fake, kernels run at once
-// (fake: no data), so only the invariants are meaningful there.
+// (fake: no data), so only the invariants are meaningful there. With
+// --backend cuda (a GPU, or the stub libcuda in tests) a kernel is a memset
+// and a copy back queued on the stream (stress/kernels.h); the device's
+// page size replaces `granularity`, and `cap_bytes` and `max_request` are
+// scaled with it (the same program in pages: 12 MiB at 64 KiB pages is
+// 384 MiB at 2 MiB); max_delay_us does not apply (the device sets the pace).
 #ifndef LOOM_STRESS_STRESS_H_
 #define LOOM_STRESS_STRESS_H_
 
@@ -31,12 +36,12 @@
 namespace loom::stress {
 
 struct StressOptions {
-  std::string backend = "async";  // async, host or fake
+  std::string backend = "async";  // async, host, fake or cuda
   double seconds = 10;
   uint64_t max_ops = 0;  // stop after this many operations (0: time only)
   uint64_t seed = 1;
-  int streams = 3;   // per device, besides one capture stream per thread
-  int threads = 2;   // harness threads sharing the allocators
+  int streams = 3;  // per device, besides one capture stream per thread
+  int threads = 2;  // harness threads sharing the allocators
   int devices = 1;
   uint64_t granularity = uint64_t{64} << 10;
   uint64_t cap_bytes = uint64_t{12} << 20;  // per device; 0: none
@@ -59,7 +64,7 @@ struct StressReport {
   uint64_t oom_retries = 0;  // requests that emptied the cache and retried
   uint64_t plans_installed = 0;
   uint64_t plan_hits = 0;
-  uint64_t plan_misses = 0;  // routed requests not served by the plan
+  uint64_t plan_misses = 0;       // routed requests not served by the plan
   uint64_t plan_suspensions = 0;  // iterations the plan did not fit
   uint64_t replans = 0;           // variants installed by re-planning
   uint64_t plans_unloaded = 0;
@@ -69,6 +74,11 @@ struct StressReport {
   uint64_t corrupted = 0;
   uint64_t invariant_failures = 0;
   double seconds = 0;
+  // The page size, cap and largest request the program ran with (cuda:
+  // scaled to the device's page size).
+  uint64_t granularity = 0;
+  uint64_t cap_bytes = 0;
+  uint64_t max_request = 0;
   std::vector<std::string> failures;  // the first few, described
 
   bool ok() const {

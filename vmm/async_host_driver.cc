@@ -1,6 +1,7 @@
 #include "vmm/async_host_driver.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace loom::vmm {
 namespace {
@@ -210,6 +211,26 @@ Status AsyncHostDriver::Launch(Stream stream, Kernel kernel) {
   ++counters_.kernels_launched;
   changed_.notify_all();
   return OkStatus();
+}
+
+Status AsyncHostDriver::DoMemsetAsync(DevicePtr dst, uint8_t value,
+                                      uint64_t size, Stream stream) {
+  Kernel kernel;
+  kernel.accesses = {{dst, size}};
+  kernel.body = [dst, value, size] {
+    std::memset(reinterpret_cast<void*>(dst), value, size);
+  };
+  return Launch(stream, std::move(kernel));
+}
+
+Status AsyncHostDriver::DoCopyToHostAsync(void* dst, DevicePtr src,
+                                          uint64_t size, Stream stream) {
+  Kernel kernel;
+  kernel.accesses = {{src, size}};
+  kernel.body = [dst, src, size] {
+    std::memcpy(dst, reinterpret_cast<const void*>(src), size);
+  };
+  return Launch(stream, std::move(kernel));
 }
 
 bool AsyncHostDriver::CheckHandOut(DevicePtr ptr, uint64_t size,

@@ -108,6 +108,11 @@ class AsyncHostDriver final : public HostDriver {
   Status DoSynchronizeEvent(uint64_t event) override;
   Status DoStreamWaitEvent(Stream stream, uint64_t event) override;
   Status DoSynchronizeDevice(int device) override;
+  // Queued data operations (issue 20 item 6): kernels on the stream.
+  Status DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
+                       Stream stream) override;
+  Status DoCopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
+                           Stream stream) override;
 
  private:
   // Physical bytes: an offset range of the memfd.

@@ -2,9 +2,11 @@
 
 #ifndef LOOM_NO_CUDA_HEADERS
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <dlfcn.h>
 #endif
 
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -16,6 +18,9 @@ namespace loom::vmm {
 struct CudaDriver::Api {};
 
 StatusOr<std::unique_ptr<CudaDriver>> CudaDriver::Open() {
+  return Open(std::string());
+}
+StatusOr<std::unique_ptr<CudaDriver>> CudaDriver::Open(const std::string&) {
   return UnavailableError(
       "no CUDA driver support: loom was built without CUDA headers "
       "(set LOOM_CUDA_PATH to a CUDA toolkit and rebuild)");
@@ -58,55 +63,70 @@ Status CudaDriver::DoCopyToDevice(DevicePtr, const void*, uint64_t) {
 }
 Status CudaDriver::DoCopyToHost(void*, DevicePtr, uint64_t) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoMemset(DevicePtr, uint8_t, uint64_t) { LOOM_NO_CUDA(); }
+Status CudaDriver::DoMemsetAsync(DevicePtr, uint8_t, uint64_t, Stream) {
+  LOOM_NO_CUDA();
+}
+Status CudaDriver::DoCopyToHostAsync(void*, DevicePtr, uint64_t, Stream) {
+  LOOM_NO_CUDA();
+}
 #undef LOOM_NO_CUDA
 
 #else  // LOOM_NO_CUDA_HEADERS
 
-// Every driver entry point loom uses. The name is the API name (before
-// cuda.h's _v2 renaming, which cuGetProcAddress expects); the pointer type is
-// that of the declaration cuda.h selects.
-#define LOOM_CUDA_ENTRY_POINTS(X)  \
-  X(cuInit)                        \
-  X(cuDriverGetVersion)            \
-  X(cuDeviceGetCount)              \
-  X(cuDeviceGet)                   \
-  X(cuDeviceGetName)               \
-  X(cuDeviceTotalMem)              \
-  X(cuDevicePrimaryCtxRetain)      \
-  X(cuDevicePrimaryCtxRelease)     \
-  X(cuCtxGetCurrent)               \
-  X(cuCtxSetCurrent)               \
-  X(cuCtxGetDevice)                \
-  X(cuCtxSynchronize)              \
-  X(cuDeviceCanAccessPeer)         \
-  X(cuMemGetInfo)                  \
-  X(cuMemGetAllocationGranularity) \
-  X(cuMemCreate)                   \
-  X(cuMemRelease)                  \
-  X(cuMemAddressReserve)           \
-  X(cuMemAddressFree)              \
-  X(cuMemMap)                      \
-  X(cuMemUnmap)                    \
-  X(cuMemSetAccess)                \
-  X(cuStreamCreate)                \
-  X(cuStreamDestroy)               \
-  X(cuStreamSynchronize)           \
-  X(cuEventCreate)                 \
-  X(cuEventDestroy)                \
-  X(cuEventRecord)                 \
-  X(cuEventQuery)                  \
-  X(cuEventSynchronize)            \
-  X(cuStreamWaitEvent)             \
-  X(cuMemcpyHtoD)                  \
-  X(cuMemcpyDtoH)                  \
-  X(cuMemsetD8)
+// Every driver entry point loom uses, each with the CUDA version whose ABI
+// the code below calls (docs/driver_contract.md has the table and the
+// reasons). cuGetProcAddress hands out the newest variant not above the
+// version asked for, and a variant may change the signature without cuda.h
+// saying so: asked at 13000, cuCtxSynchronize is cuCtxSynchronize_v2, which
+// takes a CUcontext. So every pointer has the type cudaTypedefs.h gives
+// that exact version (PFN_<name>_v<version>): asking for one version and
+// calling another's signature cannot compile. The name is the API name
+// (before cuda.h's _v2 renaming), as cuGetProcAddress expects. Resolved
+// for the legacy default stream, as PyTorch's streams are.
+#define LOOM_CUDA_ENTRY_POINTS(X)         \
+  X(cuInit, 2000)                         \
+  X(cuDriverGetVersion, 2020)             \
+  X(cuDeviceGetCount, 2000)               \
+  X(cuDeviceGet, 2000)                    \
+  X(cuDeviceGetName, 2000)                \
+  X(cuDeviceTotalMem, 3020)               \
+  X(cuDevicePrimaryCtxRetain, 7000)       \
+  X(cuDevicePrimaryCtxRelease, 11000)     \
+  X(cuCtxGetCurrent, 4000)                \
+  X(cuCtxSetCurrent, 4000)                \
+  X(cuCtxGetDevice, 2000)                 \
+  X(cuCtxSynchronize, 2000)               \
+  X(cuDeviceCanAccessPeer, 4000)          \
+  X(cuMemGetInfo, 3020)                   \
+  X(cuMemGetAllocationGranularity, 10020) \
+  X(cuMemCreate, 10020)                   \
+  X(cuMemRelease, 10020)                  \
+  X(cuMemAddressReserve, 10020)           \
+  X(cuMemAddressFree, 10020)              \
+  X(cuMemMap, 10020)                      \
+  X(cuMemUnmap, 10020)                    \
+  X(cuMemSetAccess, 10020)                \
+  X(cuStreamCreate, 2000)                 \
+  X(cuStreamDestroy, 4000)                \
+  X(cuStreamSynchronize, 2000)            \
+  X(cuEventCreate, 2000)                  \
+  X(cuEventDestroy, 4000)                 \
+  X(cuEventRecord, 2000)                  \
+  X(cuEventQuery, 2000)                   \
+  X(cuEventSynchronize, 2000)             \
+  X(cuStreamWaitEvent, 3020)              \
+  X(cuMemcpyHtoD, 3020)                   \
+  X(cuMemcpyDtoH, 3020)                   \
+  X(cuMemsetD8, 3020)                     \
+  X(cuMemsetD8Async, 3020)                \
+  X(cuMemcpyDtoHAsync, 3020)
 
 struct CudaDriver::Api {
   void* library = nullptr;
   int version = 0;
-  decltype(&::cuGetErrorName) get_error_name = nullptr;
-  decltype(&::cuGetErrorString) get_error_string = nullptr;
-#define LOOM_DECLARE(name) decltype(&::name) name = nullptr;
+  PFN_cuGetErrorName_v6000 get_error_name = nullptr;
+  PFN_cuGetErrorString_v6000 get_error_string = nullptr;
+#define LOOM_DECLARE(name, version) PFN_##name##_v##version name = nullptr;
   LOOM_CUDA_ENTRY_POINTS(LOOM_DECLARE)
 #undef LOOM_DECLARE
   std::mutex context_mu;
@@ -250,11 +270,18 @@ CUmemAllocationProp DeviceAllocationProp(int device) {
 }  // namespace
 
 StatusOr<std::unique_ptr<CudaDriver>> CudaDriver::Open() {
+  const char* library = std::getenv("LOOM_LIBCUDA");
+  return Open(library != nullptr && *library != '\0' ? library
+                                                     : "libcuda.so.1");
+}
+
+StatusOr<std::unique_ptr<CudaDriver>> CudaDriver::Open(
+    const std::string& library) {
   auto api = std::make_unique<Api>();
-  api->library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  api->library = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (api->library == nullptr) {
     const char* error = dlerror();
-    return UnavailableError("no CUDA driver: cannot load libcuda.so.1 ({})",
+    return UnavailableError("no CUDA driver: cannot load {} ({})", library,
                             error ? error : "unknown dlopen error");
   }
   using GetProcV2 = CUresult (*)(const char*, void**, int, cuuint64_t,
@@ -266,32 +293,36 @@ StatusOr<std::unique_ptr<CudaDriver>> CudaDriver::Open() {
       reinterpret_cast<GetProcV1>(dlsym(api->library, "cuGetProcAddress"));
   if (get_v2 == nullptr && get_v1 == nullptr) {
     return UnavailableError(
-        "no CUDA driver: libcuda.so.1 has no cuGetProcAddress (driver older "
-        "than CUDA 11.3)");
+        "no CUDA driver: {} has no cuGetProcAddress (driver older than CUDA "
+        "11.3)",
+        library);
   }
-  auto resolve = [&](const char* name, void** pointer) -> Status {
+  auto resolve = [&](const char* name, int version, void** pointer) -> Status {
     CUresult result;
     if (get_v2 != nullptr) {
       CUdriverProcAddressQueryResult found;
-      result = get_v2(name, pointer, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT,
+      result = get_v2(name, pointer, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM,
                       &found);
       if (result == CUDA_SUCCESS && found != CU_GET_PROC_ADDRESS_SUCCESS) {
         *pointer = nullptr;
       }
     } else {
-      result = get_v1(name, pointer, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT);
+      result =
+          get_v1(name, pointer, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
     }
     if (result != CUDA_SUCCESS || *pointer == nullptr) {
-      return UnavailableError("no CUDA driver: libcuda.so.1 lacks {}", name);
+      return UnavailableError("no CUDA driver: {} lacks {} (version {})",
+                              library, name, version);
     }
     return OkStatus();
   };
-  api->get_error_name = reinterpret_cast<decltype(&::cuGetErrorName)>(
+  api->get_error_name = reinterpret_cast<PFN_cuGetErrorName_v6000>(
       dlsym(api->library, "cuGetErrorName"));
-  api->get_error_string = reinterpret_cast<decltype(&::cuGetErrorString)>(
+  api->get_error_string = reinterpret_cast<PFN_cuGetErrorString_v6000>(
       dlsym(api->library, "cuGetErrorString"));
-#define LOOM_RESOLVE(name) \
-  LOOM_RETURN_IF_ERROR(resolve(#name, reinterpret_cast<void**>(&api->name)));
+#define LOOM_RESOLVE(name, version) \
+  LOOM_RETURN_IF_ERROR(             \
+      resolve(#name, version, reinterpret_cast<void**>(&api->name)));
   LOOM_CUDA_ENTRY_POINTS(LOOM_RESOLVE)
 #undef LOOM_RESOLVE
   CUresult init = api->cuInit(0);
@@ -519,10 +550,10 @@ Status CudaDriver::DoSynchronizeEvent(uint64_t event) {
 Status CudaDriver::DoStreamWaitEvent(Stream stream, uint64_t event) {
   Api::ScopedContext context(*api_, api_->EventDevice(event));
   LOOM_RETURN_IF_ERROR(context.status());
-  return api_->Check(api_->cuStreamWaitEvent(reinterpret_cast<CUstream>(stream),
-                                             reinterpret_cast<CUevent>(event),
-                                             0),
-                     "cuStreamWaitEvent");
+  return api_->Check(
+      api_->cuStreamWaitEvent(reinterpret_cast<CUstream>(stream),
+                              reinterpret_cast<CUevent>(event), 0),
+      "cuStreamWaitEvent");
 }
 
 Status CudaDriver::DoSynchronizeDevice(int device) {
@@ -549,6 +580,24 @@ Status CudaDriver::DoMemset(DevicePtr dst, uint8_t value, uint64_t size) {
   Api::ScopedContext context(*api_, Api::kAnyDevice);
   LOOM_RETURN_IF_ERROR(context.status());
   return api_->Check(api_->cuMemsetD8(dst, value, size), "cuMemsetD8");
+}
+
+Status CudaDriver::DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
+                                 Stream stream) {
+  Api::ScopedContext context(*api_, api_->StreamDevice(stream));
+  LOOM_RETURN_IF_ERROR(context.status());
+  return api_->Check(api_->cuMemsetD8Async(dst, value, size,
+                                           reinterpret_cast<CUstream>(stream)),
+                     "cuMemsetD8Async");
+}
+
+Status CudaDriver::DoCopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
+                                     Stream stream) {
+  Api::ScopedContext context(*api_, api_->StreamDevice(stream));
+  LOOM_RETURN_IF_ERROR(context.status());
+  return api_->Check(api_->cuMemcpyDtoHAsync(
+                         dst, src, size, reinterpret_cast<CUstream>(stream)),
+                     "cuMemcpyDtoHAsync");
 }
 
 #endif  // LOOM_NO_CUDA_HEADERS

@@ -1,14 +1,18 @@
 // CudaDriver: the Driver backend for real NVIDIA GPUs.
 //
 // libcuda.so.1 is loaded at run time (dlopen) and every entry point is
-// resolved through cuGetProcAddress; nothing links libcuda, so every loom
-// binary starts on a machine without a GPU and Open() reports "no CUDA
-// driver" there. Every CUresult becomes a Status carrying the driver's own
-// error name and string (e.g. "cuMemCreate(2097152 bytes, device 0):
-// CUDA_ERROR_OUT_OF_MEMORY: out of memory"). Physical memory is pinned device
-// memory (CU_MEM_ALLOCATION_TYPE_PINNED) without shareable handle types.
+// resolved through cuGetProcAddress, each at the CUDA version whose
+// signature loom calls (docs/driver_contract.md); nothing links libcuda, so
+// every loom binary starts on a machine without a GPU and Open() reports
+// "no CUDA driver" there. Every CUresult becomes a Status carrying the
+// driver's own error name and string (e.g. "cuMemCreate(2097152 bytes,
+// device 0): CUDA_ERROR_OUT_OF_MEMORY: out of memory"). Physical memory is
+// pinned device memory (CU_MEM_ALLOCATION_TYPE_PINNED) without shareable
+// handle types.
 // Calls run in the device's primary context: if the calling thread has
-// another context current, it is switched for the call and restored after.
+// another context current (or none), it is switched for the call and
+// restored after; a thread with the device's primary context current (as
+// PyTorch's are) keeps it.
 // Built without CUDA headers (LOOM_NO_CUDA_HEADERS), Open() always fails.
 #ifndef LOOM_VMM_CUDA_DRIVER_H_
 #define LOOM_VMM_CUDA_DRIVER_H_
@@ -22,10 +26,14 @@ namespace loom::vmm {
 
 class CudaDriver final : public Driver {
  public:
-  // Loads the driver and initialises it. Errors: UNAVAILABLE with a message
-  // starting "no CUDA driver" when libcuda.so.1 cannot be loaded or lacks
-  // entry points; UNAVAILABLE "no CUDA device" when cuInit finds none.
+  // Loads the driver and initialises it: the library $LOOM_LIBCUDA names if
+  // set (tests point it at vmm/testing's stub libcuda), else libcuda.so.1.
+  // Errors: UNAVAILABLE with a message starting "no CUDA driver" when the
+  // library cannot be loaded or lacks entry points; UNAVAILABLE "no CUDA
+  // device" when cuInit finds none.
   static StatusOr<std::unique_ptr<CudaDriver>> Open();
+  // The same with the library named (a path, or a name dlopen searches).
+  static StatusOr<std::unique_ptr<CudaDriver>> Open(const std::string& library);
   ~CudaDriver() override;
 
   std::string_view name() const override { return "cuda"; }
@@ -63,6 +71,10 @@ class CudaDriver final : public Driver {
   Status DoCopyToDevice(DevicePtr dst, const void* src, uint64_t size) override;
   Status DoCopyToHost(void* dst, DevicePtr src, uint64_t size) override;
   Status DoMemset(DevicePtr dst, uint8_t value, uint64_t size) override;
+  Status DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
+                       Stream stream) override;
+  Status DoCopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
+                           Stream stream) override;
 
  private:
   explicit CudaDriver(std::unique_ptr<Api> api);

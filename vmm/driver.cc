@@ -44,6 +44,10 @@ std::string_view DriverOpName(DriverOp op) {
       return "copy_to_host";
     case DriverOp::kMemset:
       return "memset";
+    case DriverOp::kMemsetAsync:
+      return "memset_async";
+    case DriverOp::kCopyToHostAsync:
+      return "copy_to_host_async";
     case DriverOp::kCount:
       break;
   }
@@ -289,6 +293,37 @@ Status Driver::Memset(DevicePtr dst, uint8_t value, uint64_t size) {
 std::map<uint64_t, uint64_t> Driver::sized_calls(DriverOp op) const {
   std::lock_guard<std::mutex> lock(mu_);
   return sized_[static_cast<size_t>(op)];
+}
+
+// --- Queued data operations (issue 20 item 6) -----------------------------
+
+Status Driver::MemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
+                           Stream stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(dst, size));
+  Count(DriverOp::kMemsetAsync);
+  return DoMemsetAsync(dst, value, size, stream);
+}
+
+Status Driver::CopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
+                               Stream stream) {
+  if (dst == nullptr && size > 0) {
+    return InvalidArgumentError("copy_to_host_async: null destination");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(src, size));
+  Count(DriverOp::kCopyToHostAsync);
+  return DoCopyToHostAsync(dst, src, size, stream);
+}
+
+Status Driver::DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
+                             Stream) {
+  return DoMemset(dst, value, size);
+}
+
+Status Driver::DoCopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
+                                 Stream) {
+  return DoCopyToHost(dst, src, size);
 }
 
 uint64_t Driver::calls(DriverOp op) const {

@@ -106,6 +106,9 @@ enum class DriverOp : uint8_t {
   kCopyToDevice,
   kCopyToHost,
   kMemset,
+  // Queued data operations (loom stress on CUDA, issue 20 item 6).
+  kMemsetAsync,
+  kCopyToHostAsync,
   kCount,  // not an operation
 };
 inline constexpr size_t kDriverOpCount = static_cast<size_t>(DriverOp::kCount);
@@ -191,6 +194,20 @@ class Driver {
   Status CopyToHost(void* dst, DevicePtr src, uint64_t size);
   Status Memset(DevicePtr dst, uint8_t value, uint64_t size);
 
+  // --- Queued data operations (issue 20 item 6) ---------------------------
+  // Work queued on `stream` that runs when the stream gets to it, like a
+  // kernel (cuMemsetD8Async, cuMemcpyDtoHAsync): what `loom stress` uses as
+  // kernels on the CUDA backend. Backends whose streams run work as it is
+  // queued (host, fake) run it at once; the async host backend queues it
+  // on the stream's worker. REQUIRES (checked like the data calls above):
+  // the device range is mapped and accessible now. The caller keeps it so,
+  // and `dst` valid, until the work has run (e.g. until an event recorded
+  // after it completes).
+  Status MemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
+                     Stream stream);
+  Status CopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
+                         Stream stream);
+
   // --- Introspection -----------------------------------------------------
   // Calls that reached the backend, by kind (failed ones included).
   uint64_t calls(DriverOp op) const;
@@ -238,6 +255,12 @@ class Driver {
                                 uint64_t size) = 0;
   virtual Status DoCopyToHost(void* dst, DevicePtr src, uint64_t size) = 0;
   virtual Status DoMemset(DevicePtr dst, uint8_t value, uint64_t size) = 0;
+  // Queued data operations: by default run at once through the synchronous
+  // ones, which is stream order for backends that run work as it is queued.
+  virtual Status DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
+                               Stream stream);
+  virtual Status DoCopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
+                                   Stream stream);
 
  private:
   void Count(DriverOp op) {

@@ -1,28 +1,39 @@
 #!/usr/bin/env bash
-# The GPU recipe in one script.
+# The GPU recipe in one script: two device calls of at most 8 minutes each.
 #
-#   tests/gpu/run_gpu.sh pack      (here, with Bazel) builds the GPU tests and
-#                                  tools statically where possible and copies
-#                                  them into .gpu_pack/ (git-ignored)
-#   tests/gpu/run_gpu.sh run OUT   (on the GPU machine, from the repo root,
-#                                  with .gpu_pack carried) runs everything and
-#                                  writes logs and summary.md into OUT
-#   tests/gpu/run_gpu.sh train OUT [compare.py run options]
-#                                  (on the GPU machine) the training
-#                                  comparison (bench/gpu/train/compare.py):
-#                                  OUT/results.jsonl, gpu.md, traces.tar.xz
-#   tests/gpu/run_gpu.sh record DIR... (here) DIR/summary.md ->
-#                                  bench/results/gpu_tests.md; every
-#                                  DIR/results.jsonl (+ driver_costs.json) ->
-#                                  bench/results/gpu.md; DIR/traces.tar.xz ->
-#                                  bench/data/traces/gpu/
+# Here (with Bazel):
+#   tests/gpu/run_gpu.sh pack       builds the GPU tests and tools statically
+#                                   (--config=gpu), strips their debug
+#                                   sections, copies them into .gpu_pack/
+#                                   (git-ignored)
+# Then, with the device tool, from the repository root, .gpu_pack carried:
+#   call 1 (about 3 minutes):
+#     run(command="tests/gpu/run_gpu.sh run $OUT", carry=[".gpu_pack"],
+#         timeout_s=480)
+#     loom info, the driver's costs, the C++ tests on CUDA (the driver
+#     contract suite included), `loom stress --backend cuda` for 60 s and
+#     PyTorch's hand-over to loom (tests/gpu/python/test_torch_handover_gpu.py)
+#   call 2 (at most 7 minutes):
+#     run(command="tests/gpu/run_gpu.sh train $OUT", carry=[".gpu_pack"],
+#         timeout_s=480)
+#     the four models (llama1b, moe, gpt2_interleaved, llama1b_recompute)
+#     under torch, expandable segments and loom (auto mode), 5 warm-up and
+#     20 timed steps each, within a 400 s budget (bench/gpu/train/compare.py;
+#     extra options are passed on and win)
+# Back here:
+#   tests/gpu/run_gpu.sh record DIR...   DIR/summary.md ->
+#                                   bench/results/gpu_tests.md; every
+#                                   DIR/results.jsonl (+ driver_costs.json) ->
+#                                   bench/results/gpu.md; DIR/traces.tar.xz ->
+#                                   bench/data/traces/gpu/
 #
-# With the device tool: run `pack` here, then
-#   run(command="tests/gpu/run_gpu.sh run $OUT", carry=[".gpu_pack"])
-#   run(command="tests/gpu/run_gpu.sh train $OUT --models llama1b,llama1b_recompute
-#       --search --fidelity --traces", carry=[".gpu_pack"])   (and the other
-#       models in a second call: each call has 10 minutes)
-# and `record` on the folders the files come back in.
+# Loud: `run` and `train` exit non-zero and list every failure at the end
+# (and in OUT/failures.txt): a test binary that failed, a stress run with a
+# fault, corruption or broken invariant, a training run that did not finish,
+# and any loom run that trained in fallback (its plan not installed), with
+# the reason. The longer Python GPU tests (test_training.py,
+# test_train_compare_gpu.py) are not in the two calls: run them in a call
+# of their own with `tests/gpu/run_gpu.sh pytest $OUT FILE...`.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
@@ -32,10 +43,17 @@ PACK=.gpu_pack
 TEST_BINARIES=(
   vmm/driver_test
   vmm/cuda_driver_test
+  vmm/queued_data_test
 )
 TOOLS=(cli/loom_tool bench/gpu/driver_costs)
 # Built into .gpu_pack too: libloom.so for the Python GPU tests.
 LIBS=(torch_plugin/libloom.so)
+# Python GPU tests in `run` (call 1).
+RUN_PYTHON_TESTS=(tests/gpu/python/test_torch_handover_gpu.py)
+# `train`'s options (call 2), before the caller's.
+TRAIN_OPTIONS=(--models llama1b,moe,gpt2_interleaved,llama1b_recompute
+               --steps 20 --warmup 5 --budget 400 --run-timeout 120 --traces)
+STRESS_SECONDS=60
 
 pack() {
   local targets=()
@@ -44,10 +62,11 @@ pack() {
   for t in "${LIBS[@]}"; do targets+=("//${t%/*}:${t##*/}"); done
   bazel build --config=gpu "${targets[@]}" || exit 1
   rm -rf "$PACK" && mkdir -p "$PACK/bin"
-  for t in "${TEST_BINARIES[@]}" "${TOOLS[@]}"; do
+  for t in "${TEST_BINARIES[@]}" "${TOOLS[@]}" "${LIBS[@]}"; do
     cp "bazel-bin/$t" "$PACK/bin/${t##*/}" || exit 1
+    chmod u+w "$PACK/bin/${t##*/}"
+    strip --strip-debug "$PACK/bin/${t##*/}" || exit 1
   done
-  for t in "${LIBS[@]}"; do cp "bazel-bin/$t" "$PACK/bin/" || exit 1; done
   if (cd "$PACK/bin" && ldd ./* 2>/dev/null | grep -E "not found|libfmt|libgtest"); then
     echo "pack: binaries still need the libraries above" >&2
     exit 1
@@ -55,10 +74,30 @@ pack() {
   du -sh "$PACK"
 }
 
+FAILURES=()
+fail() { FAILURES+=("$*"); }
+
+# Ends a recipe step: the failures, loudly, in OUT/failures.txt too.
+verdict() {
+  local out="$1" what="$2"
+  if [[ ${#FAILURES[@]} -eq 0 ]]; then
+    echo "$what: passed"
+    rm -f "$out/failures.txt"
+    return 0
+  fi
+  printf '%s\n' "${FAILURES[@]}" > "$out/failures.txt"
+  {
+    echo
+    echo "$what: FAILED (${#FAILURES[@]}):"
+    printf '  %s\n' "${FAILURES[@]}"
+  } >&2
+  return 1
+}
+
 run() {
   local out="${1:?usage: run OUT}"
   mkdir -p "$out"
-  local summary="$out/summary.md"
+  local summary="$out/summary.md" started=$SECONDS
   {
     echo "# GPU test run"
     echo
@@ -69,47 +108,80 @@ run() {
     echo
     echo "## loom info --backend=cuda"
     echo '```'
-    "$PACK/bin/loom_tool" info --backend=cuda 2>&1
+  } > "$summary"
+  timeout 60 "$PACK/bin/loom_tool" info --backend=cuda >> "$summary" 2>&1 \
+    || fail "loom info --backend=cuda failed (no CUDA driver or device?)"
+  {
     echo '```'
     echo
     echo "## Driver costs (bench/gpu/driver_costs)"
     echo '```'
-    "$PACK/bin/driver_costs" --rounds 50 2>&1
-    "$PACK/bin/driver_costs" --rounds 50 --json > "$out/driver_costs.json" 2>&1
+  } >> "$summary"
+  timeout 90 "$PACK/bin/driver_costs" --rounds 50 --json > "$out/driver_costs.json" 2>&1 \
+    || fail "driver_costs failed (see $out/driver_costs.json)"
+  timeout 90 "$PACK/bin/driver_costs" --rounds 20 >> "$summary" 2>&1 \
+    || fail "driver_costs (table) failed"
+  {
     echo '```'
     echo
     echo "## C++ tests"
     echo
     echo "| binary | result | tests | skipped |"
     echo "|---|---|---|---|"
-  } > "$summary"
-  local failed=0 b
+  } >> "$summary"
+  local b
   for b in "${TEST_BINARIES[@]}"; do
     local name="${b##*/}"
-    "$PACK/bin/$name" --gtest_output="xml:$out/$name.xml" > "$out/$name.log" 2>&1
+    timeout 120 "$PACK/bin/$name" --gtest_output="xml:$out/$name.xml" > "$out/$name.log" 2>&1
     local rc=$?
     local tests skipped
     tests=$(grep -oE 'tests="[0-9]+"' "$out/$name.xml" 2>/dev/null | head -1 | grep -oE '[0-9]+')
     skipped=$(grep -c '<skipped' "$out/$name.xml" 2>/dev/null)
     if [[ $rc -eq 0 ]]; then
       echo "| $name | passed | ${tests:-?} | ${skipped:-0} |" >> "$summary"
+      [[ "${skipped:-0}" -eq 0 ]] || fail "$name: ${skipped} tests skipped on the GPU (see $out/$name.log)"
     else
       echo "| $name | FAILED (rc $rc) | ${tests:-?} | ${skipped:-0} |" >> "$summary"
-      failed=1
+      fail "$name failed (rc $rc): $(grep -E '^\[  FAILED  \]' "$out/$name.log" | head -3 | tr '\n' ' ')"
     fi
   done
-  if [[ -d tests/gpu/python ]] && ls tests/gpu/python/test_*.py >/dev/null 2>&1; then
+  {
+    echo
+    echo "## loom stress --backend cuda (${STRESS_SECONDS} s)"
+    echo '```'
+  } >> "$summary"
+  timeout $((STRESS_SECONDS + 60)) "$PACK/bin/loom_tool" stress --backend cuda \
+    --seconds "$STRESS_SECONDS" > "$out/stress_cuda.txt" 2>&1
+  local rc=$?
+  cat "$out/stress_cuda.txt" >> "$summary"
+  echo '```' >> "$summary"
+  [[ $rc -eq 0 ]] || fail "loom stress --backend cuda: rc $rc: $(head -2 "$out/stress_cuda.txt" | tail -1)"
+  if [[ ${#RUN_PYTHON_TESTS[@]} -gt 0 ]]; then
     echo >> "$summary"
     echo "## Python GPU tests" >> "$summary"
     LOOM_LIB="$ROOT/$PACK/bin/libloom.so" LOOM_TOOL="$ROOT/$PACK/bin/loom_tool" \
-      PYTHONPATH="$ROOT/torch_plugin" python3 -m pytest -q tests/gpu/python \
-      > "$out/pytest.log" 2>&1 || failed=1
+      PYTHONPATH="$ROOT/torch_plugin" timeout 150 python3 -m pytest -q -rs \
+      "${RUN_PYTHON_TESTS[@]}" > "$out/pytest.log" 2>&1 \
+      || fail "Python GPU tests failed (see $out/pytest.log)"
+    if grep -qE '[0-9]+ skipped' "$out/pytest.log"; then
+      fail "Python GPU tests skipped: $(grep -E 'SKIPPED' "$out/pytest.log" | head -2 | tr '\n' ' ')"
+    fi
     echo '```' >> "$summary"
     tail -5 "$out/pytest.log" >> "$summary"
     echo '```' >> "$summary"
   fi
+  {
+    echo
+    echo "- took $((SECONDS - started)) s"
+    if [[ ${#FAILURES[@]} -gt 0 ]]; then
+      echo
+      echo "## FAILED"
+      echo
+      printf -- '- %s\n' "${FAILURES[@]}"
+    fi
+  } >> "$summary"
   cat "$summary"
-  return $failed
+  verdict "$out" "tests/gpu/run_gpu.sh run"
 }
 
 train() {
@@ -117,9 +189,28 @@ train() {
   shift
   mkdir -p "$out"
   LOOM_LIB="$ROOT/$PACK/bin/libloom.so" LOOM_TOOL="$ROOT/$PACK/bin/loom_tool" \
-    PYTHONUNBUFFERED=1 python3 bench/gpu/train/compare.py run --out "$out" "$@" \
-    2>&1 | tee "$out/log.txt"
-  return "${PIPESTATUS[0]}"
+    PYTHONUNBUFFERED=1 python3 bench/gpu/train/compare.py run --out "$out" \
+    "${TRAIN_OPTIONS[@]}" "$@" 2>&1 | tee "$out/log.txt"
+  local rc=${PIPESTATUS[0]}
+  if [[ $rc -ne 0 ]]; then
+    if [[ -s "$out/failures.txt" ]]; then
+      mapfile -t FAILURES < "$out/failures.txt"
+    else
+      fail "bench/gpu/train/compare.py run exited $rc (see $out/log.txt)"
+    fi
+  fi
+  verdict "$out" "tests/gpu/run_gpu.sh train"
+}
+
+pytest_files() {
+  local out="${1:?usage: pytest OUT FILE...}"
+  shift
+  mkdir -p "$out"
+  LOOM_LIB="$ROOT/$PACK/bin/libloom.so" LOOM_TOOL="$ROOT/$PACK/bin/loom_tool" \
+    PYTHONPATH="$ROOT/torch_plugin" python3 -m pytest -q -rs "$@" 2>&1 \
+    | tee "$out/pytest.log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail "pytest $* failed (see $out/pytest.log)"
+  verdict "$out" "tests/gpu/run_gpu.sh pytest"
 }
 
 record() {
@@ -148,6 +239,7 @@ case "${1:-}" in
   pack) pack ;;
   run) shift; run "$@" ;;
   train) shift; train "$@" ;;
+  pytest) shift; pytest_files "$@" ;;
   record) shift; record "$@" ;;
-  *) sed -n '2,27p' "$0"; exit 2 ;;
+  *) sed -n '2,35p' "$0"; exit 2 ;;
 esac

@@ -7,7 +7,9 @@ scale with the micro-batch, efficiency and step time per allocator are
 fixed (below). --snapshot copies FAKE_SNAPSHOT (a real snapshot pickle)
 there and reports FAKE_SNAPSHOT_RESERVED as the real peak reserved. Under
 loom a trace file is written in --workdir, as loom's auto mode does.
-FAKE_FAIL=model/allocator makes that run fail (exit 1).
+FAKE_FAIL=model/allocator makes that run fail (exit 1); a loom run is
+"planned" unless FAKE_FALLBACK names its model (then "fallback", with the
+H200's reason).
 """
 
 import argparse
@@ -61,7 +63,17 @@ def main(argv):
             (workdir / "trace.rank0.ltb.json").write_text("{}")
             result["trace"] = str(trace)
             result["driver_calls_per_step"] = 0 if args.model != "moe" else 2
-            result["hit_rate"] = 1.0
+            if os.environ.get("FAKE_FALLBACK") == args.model:
+                result["loom_state"] = "fallback"
+                result["plan_error"] = (
+                    "cannot install plan.rank0.lplan: INTERNAL: "
+                    "cuCtxSynchronize(device 0): "
+                    "CUDA_ERROR_CONTEXT_IS_DESTROYED")
+                result["hit_rate"] = None
+            else:
+                result["loom_state"] = "planned"
+                result["plan_error"] = None
+                result["hit_rate"] = 1.0
         if args.snapshot:
             shutil.copy(os.environ["FAKE_SNAPSHOT"], args.snapshot)
             result["reserved_bytes.all.peak"] = int(

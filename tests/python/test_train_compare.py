@@ -128,7 +128,7 @@ def test_fits_tells_oom_from_failure():
 # ------------------------------------------------------- run end to end
 
 
-def run_compare(tmp_path, *extra, env_extra=None):
+def run_compare(tmp_path, *extra, env_extra=None, expect_code=0):
     env = dict(os.environ)
     env.update(FAKE_LIMITS=json.dumps({"torch": 12, "expandable": 14,
                                        "loom": 19}))
@@ -139,7 +139,9 @@ def run_compare(tmp_path, *extra, env_extra=None):
          "--worker", str(FAKE_WORKER), "--steps", "3", "--warmup", "1",
          "--max-micro-batch", "32", *extra],
         capture_output=True, text=True, env=env, timeout=600, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == expect_code, result.stdout + result.stderr
+    if expect_code:
+        assert "FAILED: " in result.stderr, result.stderr
     return out, compare.read_results([out / "results.jsonl"])
 
 
@@ -179,8 +181,11 @@ def test_run_measures_searches_and_packs_traces(tmp_path):
 
 
 def test_run_reports_failures_and_budget(tmp_path):
-    _, lines = run_compare(tmp_path, "--models", "llama1b",
-                           env_extra={"FAKE_FAIL": "llama1b/expandable"})
+    out, lines = run_compare(tmp_path, "--models", "llama1b",
+                             env_extra={"FAKE_FAIL": "llama1b/expandable"},
+                             expect_code=1)
+    assert (out / "failures.txt").read_text().startswith(
+        "llama1b/expandable: failed (exit 1): RuntimeError: CUDA error: boom")
     measured = table.latest(lines, "measure")
     assert measured[("llama1b", "expandable")]["returncode"] == 1
     text = table.make_table(lines)
@@ -193,12 +198,49 @@ def test_run_reports_failures_and_budget(tmp_path):
     text = table.make_table(lines)
     assert "| llama1b | loom (not planned: fallback) |" in text
     assert "- loom did not plan llama1b: planner crashed" in text
-    # No time left: everything is skipped, and said so.
-    _, lines = run_compare(tmp_path / "b", "--models", "moe", "--budget", "1")
+    # No time left: everything is skipped, said so, and the run fails.
+    out, lines = run_compare(tmp_path / "b", "--models", "moe", "--budget",
+                             "1", expect_code=1)
+    assert (out / "failures.txt").read_text().count("not run (time "
+                                                    "budget)") == 3
     skipped = [l for l in lines if l["kind"] == "skipped"]
     assert len(skipped) == 3
     assert "skipped (time budget): measure moe/loom" in \
         table.make_table(lines)
+
+
+def test_run_fails_loudly_when_loom_ran_in_fallback(tmp_path):
+    """The 2026-11-26 H200 run: every loom row trained in fallback (the plan
+    never installed) and the recipe said nothing. Now it fails and says
+    which model and why."""
+    out, lines = run_compare(tmp_path, "--models", "llama1b,moe",
+                             env_extra={"FAKE_FALLBACK": "moe"},
+                             expect_code=1)
+    assert (out / "failures.txt").read_text().splitlines() == [
+        "moe/loom: loom did not serve a plan (state fallback): cannot "
+        "install plan.rank0.lplan: INTERNAL: cuCtxSynchronize(device 0): "
+        "CUDA_ERROR_CONTEXT_IS_DESTROYED"]
+    assert "| moe | loom (not planned: fallback) |" in \
+        (out / "gpu.md").read_text()
+    # Every failure kind, from result lines alone.
+    measured = table.latest(lines, "measure")
+    assert table.recipe_failures(lines) == [
+        (out / "failures.txt").read_text().strip()]
+    planned = dict(measured[("llama1b", "loom")])
+    assert planned["loom_state"] == "planned"
+    assert table.recipe_failures([planned]) == []
+    planning = dict(planned, loom_state="planning", plan_error=None)
+    assert table.recipe_failures([planning]) == [
+        "llama1b/loom: loom did not serve a plan (state planning): None"]
+    oom = dict(measured[("llama1b", "torch")], oom=True,
+               error="CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert table.recipe_failures([oom]) == [
+        "llama1b/torch: out of memory at micro-batch 4: CUDA out of memory. "
+        "Tried to allocate 2.00 GiB"]
+    timed_out = dict(measured[("llama1b", "torch")], returncode=None,
+                     error="timed out after 120 s")
+    assert table.recipe_failures([timed_out]) == [
+        "llama1b/torch: failed (exit None): timed out after 120 s"]
 
 
 def test_fidelity_on_a_real_snapshot(tmp_path, loom_tool):

@@ -8,7 +8,9 @@
 
 `run` (on the GPU machine) trains each model (bench/gpu/train/models.py)
 under each allocator, one fresh process per run (worker.py), and appends a
-JSON line per run to DIR/results.jsonl:
+JSON line per run to DIR/results.jsonl. It exits 1, listing why on stderr
+and in DIR/failures.txt, unless every run finished and every loom measure
+run served its plan (a run in fallback is a failure, with its reason):
   - "measure": --warmup steps, then --steps timed steps at the model's
     default micro-batch: peak allocated and reserved, efficiency, median
     step time, loom's driver calls and plan hit rate in the timed steps;
@@ -43,7 +45,7 @@ ROOT = HERE.parents[2]
 sys.path.insert(0, str(HERE))
 import models  # noqa: E402  pylint: disable=wrong-import-position
 from models import ALLOCATORS  # noqa: E402  pylint: disable=wrong-import-position
-from table import make_table, read_results  # noqa: E402  pylint: disable=wrong-import-position
+from table import make_table, read_results, recipe_failures  # noqa: E402  pylint: disable=wrong-import-position
 SIMULATED = {"torch": "pytorch", "expandable": "pytorch_expandable"}
 
 
@@ -334,9 +336,19 @@ def cmd_run(args):
     if not args.keep_work:
         shutil.rmtree(runner.work, ignore_errors=True)
         shutil.rmtree(traces, ignore_errors=True)
-    table = make_table(read_results([runner.results]))
+    lines = read_results([runner.results])
+    table = make_table(lines)
     (runner.out / "gpu.md").write_text(table)
     print(table)
+    # Loud: anything short of every run measured and every loom run served
+    # from its plan fails the run (exit 1), and says why.
+    failures = recipe_failures(lines)
+    if failures:
+        (runner.out / "failures.txt").write_text("\n".join(failures) + "\n")
+        print(f"FAILED: {len(failures)} problem(s):", file=sys.stderr)
+        for failure in failures:
+            print(f"  {failure}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -237,6 +237,37 @@ def failure_lines(lines):
     return ["## Failures and gaps", "", *out, ""] if out else []
 
 
+def recipe_failures(lines):
+    """Why a `run` failed, one line each (empty: it passed): a measure run
+    that did not finish (an error, a timeout, out of memory at the model's
+    default micro-batch), a loom measure run that did not serve its plan
+    (fallback, or still planning) with the reason, a measure the time
+    budget left out, a failed fidelity or search."""
+    out = []
+    for line in lines:
+        kind = line.get("kind")
+        label = f"{line.get('model')}/{line.get('allocator')}"
+        error = str(line.get("error") or "").strip()
+        last = error.splitlines()[-1][:300] if error else ""
+        if kind == "measure":
+            if line.get("oom"):
+                out.append(f"{label}: out of memory at micro-batch "
+                           f"{line.get('micro_batch')}: {last}")
+            elif line.get("returncode") != 0:
+                out.append(f"{label}: failed (exit "
+                           f"{line.get('returncode')}): {last}")
+            elif line.get("allocator") == "loom" and \
+                    line.get("loom_state") != "planned":
+                out.append(f"{label}: loom did not serve a plan (state "
+                           f"{line.get('loom_state')}): "
+                           f"{str(line.get('plan_error'))[:500]}")
+        elif kind == "skipped":
+            out.append(f"{label}: {line.get('what')} not run (time budget)")
+        elif kind in ("fidelity", "largest") and error:
+            out.append(f"{label}: {kind} failed: {last}")
+    return out
+
+
 def make_table(lines, driver_costs=None, command=None):
     out = ["# loom on a GPU: memory, speed and driver costs", ""]
     out += environment_lines(lines, driver_costs)
