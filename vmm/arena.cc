@@ -207,9 +207,10 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
   uint64_t first = best.position / granularity_;
   uint64_t last = (best.position + size - 1) / granularity_;
   // Unmapped granules right after the place: a chunk already held that is
-  // larger than the last stretch may take them too.
+  // larger than the last stretch may take them too (counted only when
+  // something is to be mapped: the hot path maps nothing).
   uint64_t after = 0;
-  while (after < PagePool::kMaxChunkPages &&
+  while (best.unmapped > 0 && after < PagePool::kMaxChunkPages &&
          last + 1 + after < granule_page_.size() &&
          granule_page_[last + 1 + after] == kNoPage) {
     ++after;
