@@ -4,6 +4,14 @@
 
 namespace loom::stress {
 
+std::string StressReport::Summary() const {
+  std::string out = fmt::format(
+      "{} ops, {} kernels: faults {}, corrupted {}, invariant failures {}", ops,
+      kernels, faults, corrupted, invariant_failures);
+  for (const std::string& f : failures) out += "\n  " + f;
+  return out;
+}
+
 std::string StressReport::ToJson(const StressOptions& options) const {
   JsonWriter w(2);
   w.BeginObject();

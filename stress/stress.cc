@@ -133,7 +133,10 @@ class Harness {
   Ownership ownership_;  // physical bytes of live buffers
   std::mutex mu_;        // guards failures_, events_
   std::vector<std::string> failures_;
-  std::vector<vmm::Event> events_;  // idle events for event waits
+  // Idle events for event waits, per device: an event records on its own
+  // device's streams only (stream 0 is the default stream of the event's
+  // device: one of another device would order nothing).
+  std::vector<std::vector<vmm::Event>> events_;
 
   std::atomic<uint64_t> allocs_{0}, frees_{0}, cross_{0}, waits_{0},
       empty_caches_{0}, ooms_{0}, plans_{0}, captures_{0}, replays_{0},
@@ -361,9 +364,13 @@ void Harness::UseOnOtherStream(ThreadState& t, Buffer& b) {
   vmm::Event event;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!events_.empty()) {
-      event = events_.back();
-      events_.pop_back();
+    if (events_.size() <= static_cast<size_t>(b.device)) {
+      events_.resize(b.device + 1);
+    }
+    std::vector<vmm::Event>& idle = events_[b.device];
+    if (!idle.empty()) {
+      event = idle.back();
+      idle.pop_back();
     }
   }
   if (event.value == 0) {
@@ -383,7 +390,7 @@ void Harness::UseOnOtherStream(ThreadState& t, Buffer& b) {
     ++cross_;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  events_.push_back(event);
+  events_[b.device].push_back(event);
 }
 
 void Harness::Capture(int index, ThreadState& t) {
@@ -538,7 +545,9 @@ StressReport Harness::Finish() {
   r.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
           .count();
-  for (vmm::Event e : events_) driver_.DestroyEvent(e).IgnoreError();
+  for (const std::vector<vmm::Event>& idle : events_) {
+    for (vmm::Event e : idle) driver_.DestroyEvent(e).IgnoreError();
+  }
   kernels_.reset();     // reports nothing more: every check is done
   replanners_.clear();  // they use the allocators
   allocators_.clear();

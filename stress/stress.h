@@ -85,6 +85,9 @@ struct StressReport {
     return faults == 0 && corrupted == 0 && invariant_failures == 0;
   }
   std::string ToJson(const StressOptions& options) const;
+  // One line of counts ("N ops, N kernels: faults N, ...") and the
+  // failures described, one per line.
+  std::string Summary() const;
 };
 
 // Runs one stress program. Errors: INVALID_ARGUMENT for bad options, or the

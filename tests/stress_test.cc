@@ -22,14 +22,6 @@ struct Case {
   bool graphs;
 };
 
-std::string Describe(const StressReport& r) {
-  std::string out = fmt::format(
-      "{} ops, {} kernels: faults {}, corrupted {}, invariant failures {}",
-      r.ops, r.kernels, r.faults, r.corrupted, r.invariant_failures);
-  for (const std::string& f : r.failures) out += "\n  " + f;
-  return out;
-}
-
 class StressTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(StressTest, NoFaultNoCorruptionNoSharedByte) {
@@ -47,7 +39,7 @@ TEST_P(StressTest, NoFaultNoCorruptionNoSharedByte) {
   o.seconds = 120;
   StatusOr<StressReport> r = RunStress(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_TRUE(r->ok()) << Describe(*r);
+  EXPECT_TRUE(r->ok()) << r->Summary();
   EXPECT_GT(r->kernels, 1000u);
   if (c.streams > 1) EXPECT_GT(r->cross_stream_uses, 0u);
   if (c.graphs) EXPECT_GT(r->graph_captures, 0u);
@@ -95,7 +87,7 @@ TEST(StressOptionsTest, OtherBackendsRunTheSameProgram) {
     o.seconds = 60;
     StatusOr<StressReport> r = RunStress(o);
     ASSERT_TRUE(r.ok()) << backend << ": " << r.status().ToString();
-    EXPECT_TRUE(r->ok()) << backend << ": " << Describe(*r);
+    EXPECT_TRUE(r->ok()) << backend << ": " << r->Summary();
     EXPECT_EQ(r->faults, 0u);
   }
 }

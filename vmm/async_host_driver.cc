@@ -140,8 +140,7 @@ AsyncHostDriver::TranslateLocked(DevicePtr ptr, uint64_t size,
       return InvalidArgumentError("{:#x} is not mapped", cursor);
     }
     if (need_access && !it->second.accessible) {
-      return InvalidArgumentError("{:#x} is mapped but not accessible",
-                                  cursor);
+      return InvalidArgumentError("{:#x} is mapped but not accessible", cursor);
     }
     const DevicePtr piece_end = std::min(end, map_end);
     const uint64_t file = it->second.file_offset + (cursor - it->first);
@@ -214,7 +213,7 @@ Status AsyncHostDriver::Launch(Stream stream, Kernel kernel) {
 }
 
 Status AsyncHostDriver::DoMemsetAsync(DevicePtr dst, uint8_t value,
-                                      uint64_t size, Stream stream) {
+                                      uint64_t size, Stream stream, int) {
   Kernel kernel;
   kernel.accesses = {{dst, size}};
   kernel.body = [dst, value, size] {
@@ -224,7 +223,7 @@ Status AsyncHostDriver::DoMemsetAsync(DevicePtr dst, uint8_t value,
 }
 
 Status AsyncHostDriver::DoCopyToHostAsync(void* dst, DevicePtr src,
-                                          uint64_t size, Stream stream) {
+                                          uint64_t size, Stream stream, int) {
   Kernel kernel;
   kernel.accesses = {{src, size}};
   kernel.body = [dst, src, size] {
@@ -303,7 +302,8 @@ Status AsyncHostDriver::DoUnmap(DevicePtr ptr, uint64_t size) {
   }
   LOOM_RETURN_IF_ERROR(HostDriver::DoUnmap(ptr, size));
   std::lock_guard<std::mutex> lock(mu_);
-  mappings_.erase(mappings_.lower_bound(ptr), mappings_.lower_bound(ptr + size));
+  mappings_.erase(mappings_.lower_bound(ptr),
+                  mappings_.lower_bound(ptr + size));
   return OkStatus();
 }
 

@@ -110,9 +110,9 @@ class AsyncHostDriver final : public HostDriver {
   Status DoSynchronizeDevice(int device) override;
   // Queued data operations (issue 20 item 6): kernels on the stream.
   Status DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
-                       Stream stream) override;
+                       Stream stream, int device) override;
   Status DoCopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
-                           Stream stream) override;
+                           Stream stream, int device) override;
 
  private:
   // Physical bytes: an offset range of the memfd.
@@ -146,8 +146,8 @@ class AsyncHostDriver final : public HostDriver {
   // after, so completion is tracked per recording.
   struct EventState {
     int device = 0;
-    uint64_t recorded = 0;         // generation of the last RecordEvent
-    std::set<uint64_t> pending;    // generations not yet passed
+    uint64_t recorded = 0;       // generation of the last RecordEvent
+    std::set<uint64_t> pending;  // generations not yet passed
     bool Done(uint64_t generation) const {
       return !pending.contains(generation);
     }
@@ -161,8 +161,9 @@ class AsyncHostDriver final : public HostDriver {
   void Work(Stream stream);
   // REQUIRES: mu_ held. Physical bytes behind a mapped device range, or an
   // error if some byte is not mapped.
-  StatusOr<std::vector<PhysicalRange>> TranslateLocked(
-      DevicePtr ptr, uint64_t size, bool need_access) const;
+  StatusOr<std::vector<PhysicalRange>> TranslateLocked(DevicePtr ptr,
+                                                       uint64_t size,
+                                                       bool need_access) const;
   // REQUIRES: mu_ held. A queued/running kernel (not on `except`, unless
   // `any_stream`) touching `ranges`: its description, or "".
   std::string UserOfLocked(const std::vector<PhysicalRange>& ranges,

@@ -63,10 +63,10 @@ Status CudaDriver::DoCopyToDevice(DevicePtr, const void*, uint64_t) {
 }
 Status CudaDriver::DoCopyToHost(void*, DevicePtr, uint64_t) { LOOM_NO_CUDA(); }
 Status CudaDriver::DoMemset(DevicePtr, uint8_t, uint64_t) { LOOM_NO_CUDA(); }
-Status CudaDriver::DoMemsetAsync(DevicePtr, uint8_t, uint64_t, Stream) {
+Status CudaDriver::DoMemsetAsync(DevicePtr, uint8_t, uint64_t, Stream, int) {
   LOOM_NO_CUDA();
 }
-Status CudaDriver::DoCopyToHostAsync(void*, DevicePtr, uint64_t, Stream) {
+Status CudaDriver::DoCopyToHostAsync(void*, DevicePtr, uint64_t, Stream, int) {
   LOOM_NO_CUDA();
 }
 #undef LOOM_NO_CUDA
@@ -147,6 +147,15 @@ struct CudaDriver::Api {
     std::lock_guard<std::mutex> lock(objects_mu);
     auto it = stream_device.find(stream);
     return it == stream_device.end() ? kAnyDevice : it->second;
+  }
+  // The same for work on `device`'s memory: stream 0, the legacy default
+  // stream, is the one of the context current at the call, so the call
+  // must run in `device`'s context to be ordered with that device's
+  // default-stream work (a thread may have another device's context
+  // current, or none: then device 0's would be used).
+  int StreamDevice(uint64_t stream, int device) {
+    if (stream == 0) return device;
+    return StreamDevice(stream);
   }
 
   ~Api() {
@@ -583,8 +592,8 @@ Status CudaDriver::DoMemset(DevicePtr dst, uint8_t value, uint64_t size) {
 }
 
 Status CudaDriver::DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
-                                 Stream stream) {
-  Api::ScopedContext context(*api_, api_->StreamDevice(stream));
+                                 Stream stream, int device) {
+  Api::ScopedContext context(*api_, api_->StreamDevice(stream, device));
   LOOM_RETURN_IF_ERROR(context.status());
   return api_->Check(api_->cuMemsetD8Async(dst, value, size,
                                            reinterpret_cast<CUstream>(stream)),
@@ -592,8 +601,8 @@ Status CudaDriver::DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
 }
 
 Status CudaDriver::DoCopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
-                                     Stream stream) {
-  Api::ScopedContext context(*api_, api_->StreamDevice(stream));
+                                     Stream stream, int device) {
+  Api::ScopedContext context(*api_, api_->StreamDevice(stream, device));
   LOOM_RETURN_IF_ERROR(context.status());
   return api_->Check(api_->cuMemcpyDtoHAsync(
                          dst, src, size, reinterpret_cast<CUstream>(stream)),

@@ -72,9 +72,9 @@ class CudaDriver final : public Driver {
   Status DoCopyToHost(void* dst, DevicePtr src, uint64_t size) override;
   Status DoMemset(DevicePtr dst, uint8_t value, uint64_t size) override;
   Status DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
-                       Stream stream) override;
+                       Stream stream, int device) override;
   Status DoCopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
-                           Stream stream) override;
+                           Stream stream, int device) override;
 
  private:
   explicit CudaDriver(std::unique_ptr<Api> api);

@@ -302,7 +302,7 @@ Status Driver::MemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(dst, size));
   Count(DriverOp::kMemsetAsync);
-  return DoMemsetAsync(dst, value, size, stream);
+  return DoMemsetAsync(dst, value, size, stream, contract_.DeviceAt(dst));
 }
 
 Status Driver::CopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
@@ -313,16 +313,16 @@ Status Driver::CopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(src, size));
   Count(DriverOp::kCopyToHostAsync);
-  return DoCopyToHostAsync(dst, src, size, stream);
+  return DoCopyToHostAsync(dst, src, size, stream, contract_.DeviceAt(src));
 }
 
 Status Driver::DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
-                             Stream) {
+                             Stream, int) {
   return DoMemset(dst, value, size);
 }
 
 Status Driver::DoCopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
-                                 Stream) {
+                                 Stream, int) {
   return DoCopyToHost(dst, src, size);
 }
 

@@ -176,7 +176,9 @@ class Driver {
   Status SynchronizeStream(Stream stream);
   StatusOr<Event> CreateEvent(int device);
   Status DestroyEvent(Event event);
-  // Records `event` on `stream` (any stream value).
+  // Records `event` on `stream` (any stream value; 0, the default stream,
+  // is the default stream of the event's device: CUDA's legacy stream is
+  // per context, and the call runs in the event's device's context).
   Status RecordEvent(Event event, Stream stream);
   // True when the work recorded before `event` has completed.
   StatusOr<bool> QueryEvent(Event event);
@@ -202,7 +204,9 @@ class Driver {
   // on the stream's worker. REQUIRES (checked like the data calls above):
   // the device range is mapped and accessible now. The caller keeps it so,
   // and `dst` valid, until the work has run (e.g. until an event recorded
-  // after it completes).
+  // after it completes). Stream 0, the default stream, is the default
+  // stream of the device whose memory the range is (CUDA's legacy stream
+  // is per context: the call runs in that device's context).
   Status MemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
                      Stream stream);
   Status CopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
@@ -257,10 +261,11 @@ class Driver {
   virtual Status DoMemset(DevicePtr dst, uint8_t value, uint64_t size) = 0;
   // Queued data operations: by default run at once through the synchronous
   // ones, which is stream order for backends that run work as it is queued.
+  // `device`: the device whose memory the range is.
   virtual Status DoMemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
-                               Stream stream);
+                               Stream stream, int device);
   virtual Status DoCopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
-                                   Stream stream);
+                                   Stream stream, int device);
 
  private:
   void Count(DriverOp op) {

@@ -270,6 +270,14 @@ uint64_t DriverContract::HandleSize(uint64_t handle) const {
   return handles_.at(handle).size;
 }
 
+int DriverContract::DeviceAt(uint64_t ptr) const {
+  auto m = mappings_.upper_bound(ptr);
+  LOOM_CHECK(m != mappings_.begin(), "{:#x} is not mapped", ptr);
+  --m;
+  LOOM_CHECK(ptr < m->first + m->second.size, "{:#x} is not mapped", ptr);
+  return handles_.at(m->second.handle).device;
+}
+
 ContractCounts DriverContract::counts() const {
   return ContractCounts{handles_.size(), handle_bytes_,    reservations_.size(),
                         reserved_bytes_, mappings_.size(), mapped_bytes_};

@@ -69,6 +69,8 @@ class DriverContract {
   int HandleDevice(uint64_t handle) const;
   // Size of a live handle. REQUIRES: the handle is live.
   uint64_t HandleSize(uint64_t handle) const;
+  // Device of the handle mapped at `ptr`. REQUIRES: `ptr` is mapped.
+  int DeviceAt(uint64_t ptr) const;
   ContractCounts counts() const;
   // Aborts (LOOM_CHECK) if the invariants at the top do not hold.
   void CheckInvariants() const;
