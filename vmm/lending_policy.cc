@@ -129,7 +129,6 @@ StatusOr<std::vector<PageRun>> StaticBacking::Grow(uint32_t first,
   return runs;
 }
 
-std::vector<PageRun> runs;
 int64_t LendingPolicy::Needed() const {
   // Unknown lifetime (an extra request): it may live for ever, and a static
   // page lent for ever would make its planned owner miss every iteration.

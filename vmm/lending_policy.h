@@ -75,15 +75,14 @@ struct RequestContext {
 // larger than the range, over the unbacked granules after it); new pages
 // (up to `max` of them, the extra ones backing the granules after the
 // range: the plan uses them soon), after giving back the idle memory that
-// did not fit. New pages come in
-// one chunk per stretch of granules the plan uses at the same times
-// (PlanSchedule::SameUse: idle at the same times, so lent together; a
-// stretch where persistent requests live is never idle), one create and
-// one map each; without a plan, a chunk of one page each. Idle arena pages are
-// not mapped into the region while staying in the arena: a page serving both
-// sides in turn makes the arena's cached places unusable whenever the static
-// side is live, and the arena then maps more. Every page it gives is free of
-// other streams' unfinished work.
+// did not fit. New pages come in one chunk per stretch of granules the plan
+// uses at the same times (PlanSchedule::SameUse: idle at the same times, so
+// lent together; a stretch where persistent requests live is never idle),
+// one create and one map each; without a plan, a chunk of one page each.
+// Idle arena pages are not mapped into the region while staying in the
+// arena: a page serving both sides in turn makes the arena's cached places
+// unusable whenever the static side is live, and the arena then maps more.
+// Every page it gives is free of other streams' unfinished work.
 class StaticBacking final : public PageSource {
  public:
   // How many new pages back the static region at least (when the region

@@ -145,24 +145,8 @@ Status PagePool::ReleasePage(PageId id) {
   return ReleaseChunk(chunk.first, chunk.count);
 }
 
-Status PagePool::ReleaseSpareChunks() {
-  Status result;
-  for (PageId id = 0; id < pages_.size(); ++id) {
-    if (!pages_[id].live || pages_[id].index != 0) continue;
-    const uint32_t count = chunk_count_[id];
-    bool spare = true;
-    for (PageId p = id; p < id + count && spare; ++p) {
-      spare = pages_[p].spare() && pages_[p].static_users == 0 &&
-              pages_[p].arena_users == 0;
-    }
-    if (!spare) continue;
-    Status status = ReleaseChunk(id, count);
-    if (!status.ok() && result.ok()) result = status;
-  }
-  return result;
-}
-
-uint32_t PagePool::ReleaseUnfencedSpareChunks() {
+uint32_t PagePool::ReleaseSpareChunksWhere(bool unfenced_only,
+                                           Status* first_error) {
   uint32_t released = 0;
   for (PageId id = 0; id < pages_.size(); ++id) {
     if (!pages_[id].live || pages_[id].index != 0) continue;
@@ -170,11 +154,28 @@ uint32_t PagePool::ReleaseUnfencedSpareChunks() {
     bool spare = true;
     for (PageId p = id; p < id + count && spare; ++p) {
       spare = pages_[p].spare() && pages_[p].static_users == 0 &&
-              pages_[p].arena_users == 0 && pages_[p].fences.empty();
+              pages_[p].arena_users == 0 &&
+              (!unfenced_only || pages_[p].fences.empty());
     }
-    if (spare && ReleaseChunk(id, count).ok()) released += count;
+    if (!spare) continue;
+    Status status = ReleaseChunk(id, count);
+    if (status.ok()) {
+      released += count;
+    } else if (first_error != nullptr && first_error->ok()) {
+      *first_error = status;
+    }
   }
   return released;
+}
+
+Status PagePool::ReleaseSpareChunks() {
+  Status result;
+  ReleaseSpareChunksWhere(/*unfenced_only=*/false, &result);
+  return result;
+}
+
+uint32_t PagePool::ReleaseUnfencedSpareChunks() {
+  return ReleaseSpareChunksWhere(/*unfenced_only=*/true, nullptr);
 }
 
 bool PagePool::WholeChunk(PageRun run) const {

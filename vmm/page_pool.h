@@ -9,14 +9,13 @@
 // an arena request's new granules are one chunk; the static region's
 // granules come in one chunk per stretch the plan uses at the same times
 // (lent together when idle). A page is mapped into its place in the static
-// region, into
-// a granule of the dynamic arena, or both at once (its chunk mapped at two
-// addresses: CUDA allows it, the two alias). That double mapping is how
-// idle static memory is lent to dynamic requests; the allocator's invariant
-// is about *live allocations*, not mappings: at any moment a page serves
-// live allocations through at most one of its mappings (`static_users` and
-// `arena_users` are never both non-zero), and within that mapping live
-// allocations never overlap.
+// region, into a granule of the dynamic arena, or both at once (its chunk
+// mapped at two addresses: CUDA allows it, the two alias). That double
+// mapping is how idle static memory is lent to dynamic requests; the
+// allocator's invariant is about *live allocations*, not mappings: at any
+// moment a page serves live allocations through at most one of its
+// mappings (`static_users` and `arena_users` are never both non-zero), and
+// within that mapping live allocations never overlap.
 //
 // The pool grows from the driver on demand, within an optional byte cap, and
 // shrinks only on request, a whole chunk at a time, once every page of it is
@@ -145,6 +144,10 @@ class PagePool {
   PageId TakeIds(uint32_t count);
   void GiveBackIds(PageId first, uint32_t count);
   Status ReleaseChunk(PageId first, uint32_t count);
+  // Releases every chunk all of whose pages are spare and unused (and
+  // carry no fence, with `unfenced_only`); returns the pages released and
+  // keeps the first failure in `first_error` (if given).
+  uint32_t ReleaseSpareChunksWhere(bool unfenced_only, Status* first_error);
 
   Driver& driver_;
   const int device_;

@@ -55,13 +55,6 @@ class PlanSchedule {
   int64_t TimeToNextUse(uint32_t granule, int64_t now,
                         bool in_setup = false) const;
 
-  // True when a persistent request lives in granule `granule`: it is in
-  // use the whole period, so its page is never lent while the plan serves
-  // (TimeToNextUse is always 0).
-  bool Persistent(uint32_t granule) const {
-    return granule < granules_.size() && granules_[granule].persistent;
-  }
-
   // True when granules `a` and `b` are idle at the same times, so that
   // their pages can be lent together: both persistent (never idle), or
   // neither and planned to start being used at the same times.

@@ -152,21 +152,12 @@ def pct(x):
     return f"{100 * x:.2f}%"
 
 
-def micros(us):
-    """812 us, 12.4 ms, 3.05 s (as loom_tool prints them)."""
-    if us < 1000:
-        return f"{us:.0f} us"
-    if us < 1e6:
-        return f"{us / 1e3:.1f} ms"
-    return f"{us / 1e6:.2f} s"
-
-
 def driver_time(r, allocator):
     """Warm-up / steady-state driver time of one row's allocator, at the
-    per-call costs loom_tool used (the H200's unless --driver-costs)."""
+    per-call costs loom_tool used (the H200's unless --driver-costs), as
+    loom_tool formats it."""
     t = r["driver_time"][allocator]
-    steady = "-" if t["steady_us"] is None else micros(t["steady_us"])
-    return f"{micros(t['warmup_us'])} / {steady}"
+    return f"{t['warmup_text']} / {t['steady_text'] or '-'}"
 
 
 def verdicts(r):

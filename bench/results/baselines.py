@@ -46,25 +46,15 @@ def mib(n):
     return f"{n / (1 << 20):,.1f}"
 
 
-def micros(us):
-    """812 us, 12.4 ms, 3.05 s (as loom_tool prints them)."""
-    if us < 1000:
-        return f"{us:.0f} us"
-    if us < 1e6:
-        return f"{us / 1e3:.1f} ms"
-    return f"{us / 1e6:.2f} s"
-
-
 def driver_time(row):
     """Warm-up / steady-state driver time of a compare row, at the per-call
-    costs loom_tool priced it with (the H200's by default): ">=" when some
-    calls have no measured cost (cudaMalloc), "n/a" when none has."""
+    costs loom_tool priced it with (the H200's by default), as loom_tool
+    formats it: ">=" when some calls have no measured cost (cudaMalloc),
+    "n/a" when none has."""
     t = row["driver_time"]
-    if not t["complete"] and t["total_us"] == 0:
+    if t["warmup_text"] == "n/a":
         return "n/a (cudaMalloc)"
-    prefix = "" if t["complete"] else ">= "
-    steady = "-" if t["steady_us"] is None else micros(t["steady_us"])
-    return f"{prefix}{micros(t['warmup_us'])} / {steady}"
+    return f"{t['warmup_text']} / {t['steady_text'] or '-'}"
 
 
 EXTRA = sys.argv[1:]

@@ -115,16 +115,21 @@ void DriverCallsJson(JsonWriter& w, const DriverCalls& calls) {
 void DriverTimeJson(JsonWriter& w, const ReplayResult& row,
                     const DriverCostTable& costs) {
   const DriverTime total = PriceDriverCalls(row.driver_calls, costs);
+  const DriverTime warm = PriceDriverCalls(row.warmup_driver_calls, costs);
   w.BeginObject();
   w.Key("costs").String(costs.source);
   w.Key("total_us").Double(total.us);
-  w.Key("warmup_us")
-      .Double(PriceDriverCalls(row.warmup_driver_calls, costs).us);
-  w.Key("steady_us");
+  w.Key("warmup_us").Double(warm.us);
+  // As the table prints them ("12.4 ms", ">= 576.7 ms", "n/a"): what
+  // scripts show, so that no other formatter repeats this one.
+  w.Key("warmup_text").String(TimeCell(warm));
   if (row.has_steady) {
-    w.Double(PriceDriverCalls(row.steady_driver_calls, costs).us);
+    const DriverTime steady = PriceDriverCalls(row.steady_driver_calls, costs);
+    w.Key("steady_us").Double(steady.us);
+    w.Key("steady_text").String(TimeCell(steady));
   } else {
-    w.Null();
+    w.Key("steady_us").Null();
+    w.Key("steady_text").Null();
   }
   w.Key("complete").Bool(total.complete());
   w.Key("unpriced_calls").Uint(total.unpriced_calls);
