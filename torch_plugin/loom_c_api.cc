@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "torch_plugin/host_timing.h"
 #include "torch_plugin/runtime.h"
 
 #define LOOM_EXPORT __attribute__((visibility("default")))
@@ -20,6 +21,8 @@ namespace {
 
 using loom::Status;
 using loom::StatusCode;
+using loom::plugin::Entry;
+using loom::plugin::HostTiming;
 using loom::plugin::Runtime;
 using loom::plugin::SetLastError;
 
@@ -87,14 +90,17 @@ LOOM_EXPORT int loom_configure(const char* settings) {
 
 LOOM_EXPORT void* loom_malloc(ssize_t size, int device, void* stream) {
   void* result = nullptr;
-  Guarded([&] { return Malloc(size, device, stream, &result); });
+  HostTiming::Get().Time(Entry::kMalloc, [&] {
+    return Guarded([&] { return Malloc(size, device, stream, &result); });
+  });
   return result;
 }
 
 LOOM_EXPORT void* loom_torch_malloc(ssize_t size, int device, void* stream) {
   void* result = nullptr;
-  const int code =
-      Guarded([&] { return Malloc(size, device, stream, &result); });
+  const int code = HostTiming::Get().Time(Entry::kMalloc, [&] {
+    return Guarded([&] { return Malloc(size, device, stream, &result); });
+  });
   if (code == 0) return result;
   // The one exception that crosses the C ABI (see loom_c_api.h): thrown
   // with no lock held and nothing allocated. The guard has recorded the
@@ -106,29 +112,33 @@ LOOM_EXPORT void* loom_torch_malloc(ssize_t size, int device, void* stream) {
 LOOM_EXPORT void loom_free(void* ptr, ssize_t size, int device, void* stream) {
   (void)size;
   (void)stream;
-  Guarded([&]() -> Status {
-    if (ptr == nullptr) return loom::OkStatus();
-    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
-                          Runtime::Get().AllocatorFor(device));
-    Status status = a->Free(reinterpret_cast<uintptr_t>(ptr));
-    if (!status.ok()) {
-      // A free PyTorch believes valid is a bug somewhere: say so loudly, and
-      // never release memory we cannot account for.
-      fmt::print(stderr, "loom: {}\n", status.ToString());
-    }
-    return status;
+  HostTiming::Get().Time(Entry::kFree, [&] {
+    return Guarded([&]() -> Status {
+      if (ptr == nullptr) return loom::OkStatus();
+      LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                            Runtime::Get().AllocatorFor(device));
+      Status status = a->Free(reinterpret_cast<uintptr_t>(ptr));
+      if (!status.ok()) {
+        // A free PyTorch believes valid is a bug somewhere: say so loudly, and
+        // never release memory we cannot account for.
+        fmt::print(stderr, "loom: {}\n", status.ToString());
+      }
+      return status;
+    });
   });
 }
 
 LOOM_EXPORT void loom_record_stream(void* ptr, void* stream) {
-  Guarded([&]() -> Status {
-    for (loom::vmm::Allocator* a : Runtime::Get().Allocators()) {
-      Status status =
-          a->RecordStream(reinterpret_cast<uintptr_t>(ptr), AsStream(stream));
-      if (status.ok()) return status;
-    }
-    return loom::InvalidArgumentError(
-        "record_stream on {}, not a live loom allocation", ptr);
+  HostTiming::Get().Time(Entry::kRecordStream, [&] {
+    return Guarded([&]() -> Status {
+      for (loom::vmm::Allocator* a : Runtime::Get().Allocators()) {
+        Status status =
+            a->RecordStream(reinterpret_cast<uintptr_t>(ptr), AsStream(stream));
+        if (status.ok()) return status;
+      }
+      return loom::InvalidArgumentError(
+          "record_stream on {}, not a live loom allocation", ptr);
+    });
   });
 }
 
@@ -166,32 +176,35 @@ void ReportPoolFailure(const char* hook, int code) {
 LOOM_EXPORT void loom_begin_allocate_to_pool(
     int device, std::pair<unsigned long long, unsigned long long> pool,
     std::function<bool(CUstream_st*)> filter) {
-  ReportPoolFailure("begin_allocate_to_pool", Guarded([&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
-                          Runtime::Get().AllocatorFor(device));
-    auto stream_filter = [filter = std::move(filter)](loom::vmm::Stream s) {
-      return filter(reinterpret_cast<CUstream_st*>(s));
-    };
-    return a->BeginAllocateToPool(AsPoolId(pool), stream_filter);
-  }));
+  ReportPoolFailure(
+      "begin_allocate_to_pool", Guarded([&]() -> Status {
+        LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                              Runtime::Get().AllocatorFor(device));
+        auto stream_filter = [filter = std::move(filter)](loom::vmm::Stream s) {
+          return filter(reinterpret_cast<CUstream_st*>(s));
+        };
+        return a->BeginAllocateToPool(AsPoolId(pool), stream_filter);
+      }));
 }
 
 LOOM_EXPORT void loom_end_allocate_to_pool(
     int device, std::pair<unsigned long long, unsigned long long> pool) {
   ReportPoolFailure("end_allocate_to_pool", Guarded([&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                      LOOM_ASSIGN_OR_RETURN(
+                          loom::vmm::Allocator * a,
                           Runtime::Get().AllocatorFor(device));
-    return a->EndAllocateToPool(AsPoolId(pool));
-  }));
+                      return a->EndAllocateToPool(AsPoolId(pool));
+                    }));
 }
 
 LOOM_EXPORT void loom_release_pool(
     int device, std::pair<unsigned long long, unsigned long long> pool) {
   ReportPoolFailure("release_pool", Guarded([&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(loom::vmm::Allocator * a,
+                      LOOM_ASSIGN_OR_RETURN(
+                          loom::vmm::Allocator * a,
                           Runtime::Get().AllocatorFor(device));
-    return a->ReleasePool(AsPoolId(pool));
-  }));
+                      return a->ReleasePool(AsPoolId(pool));
+                    }));
 }
 
 LOOM_EXPORT void loom_iteration_begin(long long iteration) {

@@ -35,6 +35,11 @@ extern "C" {
  *   peers=auto|none          auto (default): every device that can access a
  *                            device's memory (CUDA peer access) is granted
  *                            access to all loom maps there
+ *   max_chunk_pages=N        the largest physical handle, in granules
+ *                            (1..512, default 512): the layout variant
+ *   host_sample_every=N      one call in N of loom_malloc / loom_free /
+ *                            loom_record_stream is timed (0 = none, else a
+ *                            power of two; default 256)
  * Must come before the first allocation; returns FAILED_PRECONDITION after.
  * Unknown keys and bad values are INVALID_ARGUMENT and change nothing. */
 int loom_configure(const char* settings);

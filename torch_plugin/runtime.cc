@@ -8,6 +8,7 @@
 #include "base/json.h"
 #include "base/text.h"
 #include "plan/trace/trace_io.h"
+#include "torch_plugin/host_timing.h"
 #include "vmm/driver_factory.h"
 #include "vmm/plan_loader.h"
 
@@ -125,6 +126,28 @@ Status ParseSettings(std::string_view text, Settings& settings) {
             value);
       }
       out.replan_time_limit = *seconds;
+    } else if (key == "max_chunk_pages" || key == "host_sample_every") {
+      uint32_t n = 0;
+      auto [ptr, ec] =
+          std::from_chars(value.data(), value.data() + value.size(), n);
+      const bool whole =
+          ec == std::errc() && ptr == value.data() + value.size();
+      if (key == "max_chunk_pages") {
+        if (!whole || n < 1 || n > vmm::PagePool::kMaxChunkPages) {
+          return InvalidArgumentError(
+              "setting max_chunk_pages: '{}' is not in 1..{}", value,
+              vmm::PagePool::kMaxChunkPages);
+        }
+        out.max_chunk_pages = n;
+      } else {
+        if (!whole || n > HostTiming::kMaxEvery || (n & (n - 1)) != 0) {
+          return InvalidArgumentError(
+              "setting host_sample_every: '{}' is not 0 or a power of two up "
+              "to {}",
+              value, HostTiming::kMaxEvery);
+        }
+        out.host_sample_every = n;
+      }
     } else if (key == "peers") {
       if (value != "auto" && value != "none") {
         return InvalidArgumentError("setting peers: '{}' is not auto or none",
@@ -152,7 +175,9 @@ Status Runtime::Configure(std::string_view text) {
         "one "
         "(or shut it down first)");
   }
-  return ParseSettings(text, settings_);
+  LOOM_RETURN_IF_ERROR(ParseSettings(text, settings_));
+  HostTiming::Get().set_every(settings_.host_sample_every);
+  return OkStatus();
 }
 
 StatusOr<vmm::Allocator*> Runtime::AllocatorFor(int device) {
@@ -185,6 +210,7 @@ StatusOr<vmm::Allocator*> Runtime::AllocatorForLocked(int device) {
   options.memory_cap_bytes = settings_.cap;
   options.memory_fraction = settings_.fraction;
   options.record_capacity = settings_.record;
+  options.max_chunk_pages = settings_.max_chunk_pages;
   if (settings_.peers == "auto") {
     // Every device that can reach this one's memory gets access to it, as
     // PyTorch enables peer access between devices that support it.
@@ -345,6 +371,10 @@ std::string Runtime::StatsJson(int device) {
       "\"loom.replan_state\":{},\"loom.replan_error\":{}}}",
       r.attempts, r.replans, r.duplicates, r.failures,
       JsonWriter::Quote(r.state), JsonWriter::Quote(r.last_error));
+  // And the C ABI's sampled host time.
+  json.pop_back();  // '}'
+  json += HostTiming::Get().JsonMembers();
+  json += '}';
   return json;
 }
 

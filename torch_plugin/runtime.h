@@ -38,6 +38,10 @@ struct Settings {
   // fits is recorded and planned as a new plan variant in the background.
   bool replan = false;
   double replan_time_limit = 5;  // planner seconds per re-plan
+  // The largest physical handle, in granules (vmm::AllocatorOptions).
+  uint32_t max_chunk_pages = 512;
+  // One C ABI call in this many is timed (host_timing.h); 0 = none.
+  uint32_t host_sample_every = 256;
 };
 
 // Parses "key=value;key=value" into `settings` (starting from its values).

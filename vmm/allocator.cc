@@ -10,6 +10,12 @@ StatusOr<std::unique_ptr<Allocator>> Allocator::Create(
     return InvalidArgumentError("memory fraction {} outside [0, 1]",
                                 options.memory_fraction);
   }
+  if (options.max_chunk_pages < 1 ||
+      options.max_chunk_pages > PagePool::kMaxChunkPages) {
+    return InvalidArgumentError("largest handle of {} granules outside 1..{}",
+                                options.max_chunk_pages,
+                                PagePool::kMaxChunkPages);
+  }
   LOOM_ASSIGN_OR_RETURN(DeviceProperties props,
                         driver.Properties(options.device));
   const uint64_t g = props.granularity_minimum;
@@ -53,7 +59,7 @@ Allocator::Allocator(Driver& driver, AllocatorOptions options,
       granularity_(granularity),
       device_bytes_(device_bytes),
       pool_(driver, options.device, granularity, cap_bytes,
-            options.peer_devices),
+            options.peer_devices, options.max_chunk_pages),
       tracker_(driver, options.device) {}
 
 Status Allocator::Init(uint64_t arena_va_bytes) {
@@ -97,7 +103,7 @@ Allocator::~Allocator() {
   }
   for (Event e : idle_events_) driver_.DestroyEvent(e).IgnoreError();
   // Queued work may still use memory freed last: wait before unmapping.
-  Status drained = tracker_.WaitForAll();
+  Status drained = tracker_.WaitForAll(WaitSite::kShutdown);
   if (!drained.ok()) {
     fmt::print(stderr,
                "loom: waiting for device {} before release failed: {}\n",
@@ -403,8 +409,10 @@ Status Allocator::Free(DevicePtr ptr) {
         // Cannot track the stream: wait for it now rather than risk reuse.
         if (event.ok()) ReturnEvent(*event);
         driver_.SynchronizeStream(s).IgnoreError();
+        tracker_.Count(WaitSite::kRecordStreamSync, WaitKind::kStreamSync);
         continue;
       }
+      tracker_.Count(WaitSite::kRecordStream, WaitKind::kEventRecord);
       pending.events.push_back(*event);
     }
     extra_streams_.erase(extra);
@@ -502,7 +510,7 @@ Status Allocator::EmptyCacheLocked() {
   for (PageId id = 0; id < pool_.slots(); ++id) {
     if (pool_.page(id).spare()) pages.push_back(id);
   }
-  LOOM_RETURN_IF_ERROR(DrainPages(pages));
+  LOOM_RETURN_IF_ERROR(DrainPages(pages, WaitSite::kEmptyCache));
   LOOM_ASSIGN_OR_RETURN(std::vector<PageId> unmapped, arena_->UnmapIdle());
   (void)unmapped;
   // Whole spare chunks go back; a chunk with a page still mapped stays.

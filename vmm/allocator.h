@@ -80,6 +80,9 @@ struct AllocatorOptions {
   // Other devices granted access to everything this allocator maps (CUDA
   // peer access; each must be able to access the device).
   std::vector<int> peer_devices;
+  // The largest physical handle created, in granules (1..512): the
+  // physical-layout setting (docs/design.md, "Physical layout variants").
+  uint32_t max_chunk_pages = 512;
 };
 
 // One piece of physical memory behind a live allocation.
@@ -344,8 +347,8 @@ class Allocator {
   // spare, for a plan's region to take.
   Status FreeIdleArenaPages();
   // Before `pages` are unmapped or remapped (lending_policy.h).
-  Status DrainPages(const std::vector<PageId>& pages) {
-    return DrainFences(pool_, tracker_, pages);
+  Status DrainPages(const std::vector<PageId>& pages, WaitSite site) {
+    return DrainFences(pool_, tracker_, pages, site);
   }
   // A stream is used by a request: on the switch to several streams, fences
   // every page with what the first stream freed so far.

@@ -10,6 +10,8 @@ AllocatorStats Allocator::stats() const {
   AllocatorStats out = stats_;
   out.stream_events = tracker_.events_recorded();
   out.device_syncs = tracker_.device_syncs();
+  out.waits = tracker_.waits();
+  out.layout = driver_.mapping_layout(options_.device);
   out.driver_calls = driver_.all_calls();
   // Derived from the state they describe (never stored twice).
   out.plan_variants = variants_.size();

@@ -185,7 +185,7 @@ void Allocator::ShiftPlan(RuntimePlan& plan, uint64_t by) const {
 Status Allocator::FreeIdleArenaPages() {
   if (arena_->mapped_granules() == 0) return OkStatus();
   // Work queued before the frees that made them idle may still touch them.
-  LOOM_RETURN_IF_ERROR(DrainPages(arena_->IdlePages()));
+  LOOM_RETURN_IF_ERROR(DrainPages(arena_->IdlePages(), WaitSite::kPlanInstall));
   return arena_->UnmapIdle().status();
 }
 
@@ -202,7 +202,7 @@ Status Allocator::UnloadPlans() {
   for (uint32_t k = 0; k < region_->backed_extent(); ++k) {
     if (region_->page(k) != kNoPage) pages.push_back(region_->page(k));
   }
-  LOOM_RETURN_IF_ERROR(DrainPages(pages));
+  LOOM_RETURN_IF_ERROR(DrainPages(pages, WaitSite::kPlanUnload));
   window_ = nullptr;
   lifetimes_.clear();
   active_ = serving_ = nullptr;

@@ -16,6 +16,16 @@ void WriteStat(JsonWriter& w, std::string_view name, const Stat& stat) {
 
 }  // namespace
 
+std::string SizeName(uint64_t bytes) {
+  constexpr std::string_view kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  size_t unit = 0;
+  while (unit + 1 < std::size(kUnits) && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return fmt::format("{}{}", bytes, kUnits[unit]);
+}
+
 std::string AllocatorStats::ToJson() const {
   JsonWriter w;
   w.BeginObject();
@@ -52,6 +62,25 @@ std::string AllocatorStats::ToJson() const {
   w.Key("loom.graph_pool_bytes").Uint(graph_pool_bytes);
   w.Key("loom.stream_events").Uint(stream_events);
   w.Key("loom.device_syncs").Uint(device_syncs);
+  for (size_t site = 0; site < kWaitSiteCount; ++site) {
+    for (size_t kind = 0; kind < kWaitKindCount; ++kind) {
+      w.Key(fmt::format("loom.waits.{}.{}",
+                        WaitSiteName(static_cast<WaitSite>(site)),
+                        WaitKindName(static_cast<WaitKind>(kind))))
+          .Uint(waits.counts[site][kind]);
+    }
+  }
+  w.Key("loom.layout.handles").Uint(layout.handles);
+  w.Key("loom.layout.handle_bytes").Uint(layout.handle_bytes);
+  w.Key("loom.layout.mappings").Uint(layout.mappings);
+  w.Key("loom.layout.mapped_bytes").Uint(layout.mapped_bytes);
+  for (const auto& [size, b] : layout.by_handle_size) {
+    const std::string prefix =
+        fmt::format("loom.layout.handle_size.{}.", SizeName(size));
+    w.Key(prefix + "handles").Uint(b.handles);
+    w.Key(prefix + "bytes").Uint(b.bytes);
+    w.Key(prefix + "mappings").Uint(b.mappings);
+  }
   w.Key("loom.trace_events").Uint(trace_events);
   w.Key("loom.trace_truncated").Bool(trace_truncated);
   uint64_t total = 0;

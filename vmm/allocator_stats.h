@@ -14,6 +14,7 @@
 #include <string>
 
 #include "vmm/driver.h"
+#include "vmm/stream_tracker.h"
 
 namespace loom::vmm {
 
@@ -36,6 +37,9 @@ struct Stat {
   void ResetPeak() { peak = current; }
 };
 
+// "2MiB", "1GiB", "3KiB", "1000B": exact, in the largest unit that divides.
+std::string SizeName(uint64_t bytes);
+
 struct AllocatorStats {
   Stat allocated_bytes;  // live requested bytes
   Stat active_bytes;     // allocated + freed but awaiting other streams
@@ -56,7 +60,7 @@ struct AllocatorStats {
   // Requests the plan did not place served from static bytes the plan
   // leaves idle while they live (plan_schedule.h).
   uint64_t idle_static_placements = 0;
-  uint64_t iterations = 0;        // iteration-begin markers seen
+  uint64_t iterations = 0;              // iteration-begin markers seen
   double last_iteration_hit_rate = -1;  // -1 until an iteration completes
   // Plans: variants installed, plans unloaded, how often the plan did not
   // fit (suspensions), iterations that ended suspended (and whether the
@@ -71,10 +75,15 @@ struct AllocatorStats {
   uint64_t static_region_bytes = 0;
   uint64_t static_backed_bytes = 0;  // granules of the region backed so far
   uint64_t arena_mapped_bytes = 0;
-  uint64_t arena_maps = 0;       // granules mapped into the arena
+  uint64_t arena_maps = 0;        // granules mapped into the arena
   uint64_t graph_pool_bytes = 0;  // freed by graph allocations, kept for them
   uint64_t stream_events = 0;     // events recorded at frees (several streams)
   uint64_t device_syncs = 0;      // waits for the device before an unmap
+  // Every event recorded and stream or device synchronisation, by call site
+  // ("loom.waits.<site>.<kind>").
+  WaitCounters waits;
+  // This device's handles and mappings ("loom.layout.*").
+  MappingLayout layout;
   uint64_t trace_events = 0;     // events recorded (record mode)
   bool trace_truncated = false;  // the record buffer filled up
   std::array<uint64_t, kDriverOpCount> driver_calls{};

@@ -348,4 +348,9 @@ ContractCounts Driver::contract_counts() const {
   return contract_.counts();
 }
 
+MappingLayout Driver::mapping_layout(int device) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return contract_.Layout(device);
+}
+
 }  // namespace loom::vmm

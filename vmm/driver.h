@@ -225,6 +225,8 @@ class Driver {
   uint64_t physical_bytes() const;
   // Live handles, reservations and mappings.
   ContractCounts contract_counts() const;
+  // `device`'s live handles and mappings, by handle size.
+  MappingLayout mapping_layout(int device) const;
 
  protected:
   Driver() = default;

@@ -283,6 +283,27 @@ ContractCounts DriverContract::counts() const {
                         reserved_bytes_, mappings_.size(), mapped_bytes_};
 }
 
+MappingLayout DriverContract::Layout(int device) const {
+  auto bucket = [](uint64_t size) { return std::bit_ceil(size); };
+  MappingLayout layout;
+  for (const auto& [handle, h] : handles_) {
+    if (h.device != device) continue;
+    ++layout.handles;
+    layout.handle_bytes += h.size;
+    MappingLayout::Bucket& b = layout.by_handle_size[bucket(h.size)];
+    ++b.handles;
+    b.bytes += h.size;
+  }
+  for (const auto& [ptr, m] : mappings_) {
+    const HandleState& h = handles_.at(m.handle);
+    if (h.device != device) continue;
+    ++layout.mappings;
+    layout.mapped_bytes += m.size;
+    ++layout.by_handle_size[bucket(h.size)].mappings;
+  }
+  return layout;
+}
+
 void DriverContract::CheckInvariants() const {
   std::unordered_map<uint64_t, uint64_t> mapped_per_handle;
   uint64_t end_of_previous = 0;

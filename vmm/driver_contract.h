@@ -37,6 +37,23 @@ struct ContractCounts {
   uint64_t mapped_bytes = 0;
 };
 
+// How one device's physical memory is laid out (issue 21: whether the GPU
+// pays for many mappings or small handles). Handle sizes are bucketed by
+// powers of two: bucket B holds the handles of more than B/2 and at most B
+// bytes.
+struct MappingLayout {
+  struct Bucket {
+    uint64_t handles = 0;   // live handles of this size
+    uint64_t bytes = 0;     // their bytes
+    uint64_t mappings = 0;  // mappings of them (a handle may alias)
+  };
+  uint64_t handles = 0;
+  uint64_t handle_bytes = 0;
+  uint64_t mappings = 0;
+  uint64_t mapped_bytes = 0;
+  std::map<uint64_t, Bucket> by_handle_size;  // bucket upper bound -> counts
+};
+
 class DriverContract {
  public:
   // Each Check* returns OK if the call is allowed in the current state, or
@@ -72,6 +89,8 @@ class DriverContract {
   // Device of the handle mapped at `ptr`. REQUIRES: `ptr` is mapped.
   int DeviceAt(uint64_t ptr) const;
   ContractCounts counts() const;
+  // The live handles of `device` and their mappings (walks every mapping).
+  MappingLayout Layout(int device) const;
   // Aborts (LOOM_CHECK) if the invariants at the top do not hold.
   void CheckInvariants() const;
   // Human-readable list of what is still live (for leak reports).

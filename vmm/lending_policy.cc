@@ -24,14 +24,14 @@ bool FencesAllowSlow(Page& page, uint32_t lo, uint32_t hi, Stream stream,
 }
 
 Status DrainFences(PagePool& pool, StreamTracker& tracker,
-                   const std::vector<PageId>& pages) {
+                   const std::vector<PageId>& pages, WaitSite site) {
   bool pending = tracker.NeedsWaitForUnmap();
   for (PageId id : pages) {
     for (const Fence& f : pool.page(id).fences) {
       pending |= !tracker.Complete(f.tag);
     }
   }
-  if (pending) LOOM_RETURN_IF_ERROR(tracker.WaitForAll());
+  if (pending) LOOM_RETURN_IF_ERROR(tracker.WaitForAll(site));
   for (PageId id : pages) pool.page(id).fences.clear();
   return OkStatus();
 }
@@ -60,7 +60,9 @@ StatusOr<PageRun> ReclaimFromArena(PagePool& pool, StreamTracker& tracker,
   return arena.ReclaimIdle(
       max_pages,
       [&](PageId id) { return pool.page(id).static_granule == kNoGranule; },
-      [&](PageId id) { return DrainFences(pool, tracker, {id}); });
+      [&](PageId id) {
+        return DrainFences(pool, tracker, {id}, WaitSite::kReclaim);
+      });
 }
 
 }  // namespace
@@ -110,7 +112,7 @@ StatusOr<std::vector<PageRun>> StaticBacking::Grow(uint32_t first,
   for (uint32_t k = first; k < first + count && failed.ok();) {
     uint32_t n = 1;
     if (schedule_ != nullptr) {
-      while (k + n < first + count && n < PagePool::kMaxChunkPages &&
+      while (k + n < first + count && n < pool_.max_chunk_pages() &&
              schedule_->SameUse(k, k + n)) {
         ++n;
       }

@@ -52,9 +52,9 @@ inline bool FencesAllow(Page& page, uint32_t lo, uint32_t hi, Stream stream,
 
 // Before `pages` are unmapped or remapped: waits until no queued work may
 // still touch them (every fence complete, or a device-wide wait), then
-// forgets their fences.
+// forgets their fences. `site`: who waits (counted by the tracker).
 Status DrainFences(PagePool& pool, StreamTracker& tracker,
-                   const std::vector<PageId>& pages);
+                   const std::vector<PageId>& pages, WaitSite site);
 
 struct RequestContext {
   Stream stream = 0;

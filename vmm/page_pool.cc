@@ -17,13 +17,18 @@ void AddFence(Page& page, uint32_t lo, uint32_t hi, const FreeTag& tag) {
 }
 
 PagePool::PagePool(Driver& driver, int device, uint64_t granularity,
-                   uint64_t cap_bytes, std::vector<int> peers)
+                   uint64_t cap_bytes, std::vector<int> peers,
+                   uint32_t max_chunk_pages)
     : driver_(driver),
       device_(device),
       granularity_(granularity),
       cap_bytes_(cap_bytes),
+      max_chunk_pages_(max_chunk_pages),
       peers_(std::move(peers)) {
   LOOM_CHECK(granularity_ > 0);
+  LOOM_CHECK(max_chunk_pages_ >= 1 && max_chunk_pages_ <= kMaxChunkPages,
+             "max_chunk_pages {} not in 1..{}", max_chunk_pages_,
+             kMaxChunkPages);
 }
 
 PagePool::~PagePool() {
@@ -78,7 +83,7 @@ void PagePool::GiveBackIds(PageId first, uint32_t count) {
 
 StatusOr<PageRun> PagePool::GrowRun(uint32_t pages) {
   LOOM_CHECK(pages >= 1, "a chunk of no page");
-  pages = std::min(pages, kMaxChunkPages);
+  pages = std::min(pages, max_chunk_pages_);
   if (cap_bytes_ != 0) {
     const uint64_t room =
         cap_bytes_ > bytes() ? (cap_bytes_ - bytes()) / granularity_ : 0;

@@ -76,19 +76,23 @@ struct PageRun {
 
 class PagePool {
  public:
-  // The largest chunk GrowRun creates, in pages.
+  // The largest chunk GrowRun may create, in pages (the default limit).
   static constexpr uint32_t kMaxChunkPages = 512;
 
-  // REQUIRES: granularity is the device's minimum granularity. `peers`:
-  // the other devices that get access wherever the pages are mapped.
+  // REQUIRES: granularity is the device's minimum granularity;
+  // 1 <= max_chunk_pages <= kMaxChunkPages. `peers`: the other devices that
+  // get access wherever the pages are mapped. `max_chunk_pages`: the largest
+  // handle created, in pages (a physical-layout setting: smaller handles
+  // mean more of them, more mappings and more driver calls).
   PagePool(Driver& driver, int device, uint64_t granularity, uint64_t cap_bytes,
-           std::vector<int> peers = {});
+           std::vector<int> peers = {},
+           uint32_t max_chunk_pages = kMaxChunkPages);
   // Releases every chunk. REQUIRES: no page is mapped.
   ~PagePool();
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
-  // Creates one chunk of `pages` pages (at most kMaxChunkPages; fewer if
+  // Creates one chunk of `pages` pages (at most max_chunk_pages(); fewer if
   // the cap leaves room for fewer, or the device has no room for so many:
   // halved until it fits). OUT_OF_MEMORY if not even one page fits.
   // REQUIRES: pages >= 1.
@@ -132,6 +136,7 @@ class PagePool {
   uint64_t peak_bytes() const { return peak_pages_ * granularity_; }
   void ResetPeak() { peak_pages_ = live_pages_; }
   uint64_t granularity() const { return granularity_; }
+  uint32_t max_chunk_pages() const { return max_chunk_pages_; }
   uint64_t cap_bytes() const { return cap_bytes_; }
   int device() const { return device_; }
   const std::vector<int>& peers() const { return peers_; }
@@ -153,6 +158,7 @@ class PagePool {
   const int device_;
   const uint64_t granularity_;
   const uint64_t cap_bytes_;  // 0 = no cap
+  const uint32_t max_chunk_pages_;
   const std::vector<int> peers_;
   std::vector<Page> pages_;
   // At the first page id of each live chunk, its page count.

@@ -9,6 +9,52 @@ constexpr size_t kMaxCheckpoints = 8;
 
 }  // namespace
 
+std::string_view WaitSiteName(WaitSite site) {
+  switch (site) {
+    case WaitSite::kFree:
+      return "free";
+    case WaitSite::kSecondStream:
+      return "second_stream";
+    case WaitSite::kRecordStream:
+      return "record_stream";
+    case WaitSite::kRecordStreamSync:
+      return "record_stream_sync";
+    case WaitSite::kEmptyCache:
+      return "empty_cache";
+    case WaitSite::kPlanInstall:
+      return "plan_install";
+    case WaitSite::kPlanUnload:
+      return "plan_unload";
+    case WaitSite::kReclaim:
+      return "reclaim";
+    case WaitSite::kShutdown:
+      return "shutdown";
+    case WaitSite::kCount:
+      break;
+  }
+  return "?";
+}
+
+std::string_view WaitKindName(WaitKind kind) {
+  switch (kind) {
+    case WaitKind::kEventRecord:
+      return "events";
+    case WaitKind::kStreamSync:
+      return "stream_syncs";
+    case WaitKind::kDeviceSync:
+      return "device_syncs";
+    case WaitKind::kCount:
+      break;
+  }
+  return "?";
+}
+
+uint64_t WaitCounters::Total(WaitKind kind) const {
+  uint64_t total = 0;
+  for (const auto& site : counts) total += site[static_cast<size_t>(kind)];
+  return total;
+}
+
 StreamTracker::~StreamTracker() {
   for (StreamState& s : streams_) {
     for (const Checkpoint& c : s.checkpoints) idle_events_.push_back(c.event);
@@ -37,7 +83,7 @@ std::vector<FreeTag> StreamTracker::UseSlow(Stream stream) {
   for (StreamState& s : streams_) {
     if (!s.dirty) continue;
     closing.push_back(FreeTag{s.stream, s.open});
-    Close(s);
+    Close(s, WaitSite::kSecondStream);
   }
   return closing;
 }
@@ -47,7 +93,7 @@ FreeTag StreamTracker::ReleasedSlow(Stream stream) {
   s.dirty = true;
   if (!multi_stream_) return FreeTag{stream, 0};
   const FreeTag tag{stream, s.open};
-  Close(s);
+  Close(s, WaitSite::kFree);
   return tag;
 }
 
@@ -76,14 +122,14 @@ StatusOr<Event> StreamTracker::TakeEvent() {
   return driver_.CreateEvent(device_);
 }
 
-void StreamTracker::Close(StreamState& s) {
+void StreamTracker::Close(StreamState& s, WaitSite site) {
   StatusOr<Event> event = TakeEvent();
   if (!event.ok()) return;
   if (!driver_.RecordEvent(*event, s.stream).ok()) {
     idle_events_.push_back(*event);
     return;
   }
-  ++events_recorded_;
+  waits_.Add(site, WaitKind::kEventRecord);
   if (s.checkpoints.size() >= kMaxCheckpoints) Poll(s);
   if (s.checkpoints.size() >= kMaxCheckpoints) {
     idle_events_.push_back(s.checkpoints.back().event);
@@ -119,7 +165,7 @@ bool StreamTracker::Ready(const FreeTag& tag, Stream requester) {
   return tag.stream == requester || Complete(tag);
 }
 
-Status StreamTracker::WaitForAll() {
+Status StreamTracker::WaitForAll(WaitSite site) {
   bool pending = false;
   for (StreamState& s : streams_) {
     const uint64_t handed_out = s.dirty ? s.open : s.open - 1;
@@ -130,7 +176,7 @@ Status StreamTracker::WaitForAll() {
   }
   if (!pending) return OkStatus();
   LOOM_RETURN_IF_ERROR(driver_.SynchronizeDevice(device_));
-  ++device_syncs_;
+  waits_.Add(site, WaitKind::kDeviceSync);
   for (StreamState& s : streams_) {
     if (s.dirty) {
       ++s.open;

@@ -17,27 +17,72 @@
 // may hold bytes freed before. From then on each free gets the tag (S, e),
 // e being S's current epoch, and records an event on S at the free (a
 // checkpoint closing e, so the memory of a free is released by an event
-// recorded right after it, while the stream is known to exist). Tag (S, e) is complete once a checkpoint of S with
-// epoch >= e has completed (CUDA completes a stream's events in order).
-// Nothing is ever inferred from an event recorded later than the free, so a
-// busy stream still has its frees released once the work before them is
-// done. WaitForAll is the one wait that needs no event: a device-wide
-// synchronisation, after which every tag handed out so far is complete; it is
-// what the allocator does before unmapping or remapping memory whose tags
-// are not complete (as PyTorch synchronises before it releases memory).
+// recorded right after it, while the stream is known to exist). Tag (S, e) is
+// complete once a checkpoint of S with epoch >= e has completed (CUDA completes
+// a stream's events in order). Nothing is ever inferred from an event recorded
+// later than the free, so a busy stream still has its frees released once the
+// work before them is done. WaitForAll is the one wait that needs no event: a
+// device-wide synchronisation, after which every tag handed out so far is
+// complete; it is what the allocator does before unmapping or remapping memory
+// whose tags are not complete (as PyTorch synchronises before it releases
+// memory).
+//
+// The tracker also keeps the allocator's wait counters (WaitCounters): every
+// event loom records and every stream or device synchronisation it does, by
+// the call site that did it (issue 21: what loom does that can make the GPU
+// or the host wait, in loom.memory_stats()).
 //
 // Not thread-safe: the allocator serialises access.
 #ifndef LOOM_VMM_STREAM_TRACKER_H_
 #define LOOM_VMM_STREAM_TRACKER_H_
 
+#include <array>
 #include <cstdint>
 #include <deque>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
 #include "vmm/driver.h"
 
 namespace loom::vmm {
+
+// Where loom waited or recorded something to wait for. Names (WaitSiteName)
+// are the keys of loom.memory_stats(): "loom.waits.<site>.<kind>".
+enum class WaitSite : uint8_t {
+  kFree,              // a checkpoint event at a free (several streams)
+  kSecondStream,      // checkpoints when a second stream appears
+  kRecordStream,      // events for record_stream's streams at a free
+  kRecordStreamSync,  // such a stream synchronised (no event recorded)
+  kEmptyCache,        // before empty_cache unmaps and releases
+  kPlanInstall,       // before a plan (variant) install unmaps idle arena
+  kPlanUnload,        // before the static region's mappings go
+  kReclaim,           // before an idle chunk is remapped elsewhere
+  kShutdown,          // before the allocator releases everything
+  kCount,             // not a site
+};
+enum class WaitKind : uint8_t {
+  kEventRecord,  // an event recorded (a later query or wait may use it)
+  kStreamSync,   // the host waited for one stream
+  kDeviceSync,   // the host waited for the whole device
+  kCount,        // not a kind
+};
+inline constexpr size_t kWaitSiteCount = static_cast<size_t>(WaitSite::kCount);
+inline constexpr size_t kWaitKindCount = static_cast<size_t>(WaitKind::kCount);
+std::string_view WaitSiteName(WaitSite site);  // "free", "empty_cache", ...
+std::string_view WaitKindName(WaitKind kind);  // "events", "device_syncs", ...
+
+struct WaitCounters {
+  std::array<std::array<uint64_t, kWaitKindCount>, kWaitSiteCount> counts{};
+  void Add(WaitSite site, WaitKind kind) {
+    ++counts[static_cast<size_t>(site)][static_cast<size_t>(kind)];
+  }
+  uint64_t Get(WaitSite site, WaitKind kind) const {
+    return counts[static_cast<size_t>(site)][static_cast<size_t>(kind)];
+  }
+  // Over every site.
+  uint64_t Total(WaitKind kind) const;
+};
 
 struct FreeTag {
   Stream stream = 0;
@@ -46,7 +91,8 @@ struct FreeTag {
 
 class StreamTracker {
  public:
-  StreamTracker(Driver& driver, int device) : driver_(driver), device_(device) {}
+  StreamTracker(Driver& driver, int device)
+      : driver_(driver), device_(device) {}
   // Destroys the events it holds.
   ~StreamTracker();
   StreamTracker(const StreamTracker&) = delete;
@@ -81,7 +127,8 @@ class StreamTracker {
   // Waits until every tag handed out so far is complete: waits for the
   // events of the streams that have them, or synchronises the device once
   // when a tag has no event. No-op when everything is already complete.
-  Status WaitForAll();
+  // `site`: who waits (counted).
+  Status WaitForAll(WaitSite site);
   // Starts a new allocator call: event queries may be asked again.
   void NewCall() { ++call_; }
   // True when memory freed so far may still be in use by queued work that no
@@ -90,8 +137,13 @@ class StreamTracker {
   bool NeedsWaitForUnmap() const;
 
   bool multi_stream() const { return multi_stream_; }
-  uint64_t events_recorded() const { return events_recorded_; }
-  uint64_t device_syncs() const { return device_syncs_; }
+  uint64_t events_recorded() const {
+    return waits_.Total(WaitKind::kEventRecord);
+  }
+  uint64_t device_syncs() const { return waits_.Total(WaitKind::kDeviceSync); }
+  const WaitCounters& waits() const { return waits_; }
+  // Counts what the allocator itself did (record_stream's events).
+  void Count(WaitSite site, WaitKind kind) { waits_.Add(site, kind); }
 
  private:
   struct Checkpoint {
@@ -112,7 +164,7 @@ class StreamTracker {
   FreeTag ReleasedSlow(Stream stream);
   // Records a checkpoint closing `s`'s open epoch. On failure, the epoch
   // stays open (only WaitForAll can complete it).
-  void Close(StreamState& s);
+  void Close(StreamState& s, WaitSite site);
   // Advances `s.completed` over the checkpoints that have completed.
   void Poll(StreamState& s);
   StatusOr<Event> TakeEvent();
@@ -123,8 +175,7 @@ class StreamTracker {
   std::vector<Event> idle_events_;
   bool multi_stream_ = false;
   uint64_t call_ = 0;
-  uint64_t events_recorded_ = 0;
-  uint64_t device_syncs_ = 0;
+  WaitCounters waits_;
 };
 
 }  // namespace loom::vmm

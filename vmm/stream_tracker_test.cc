@@ -30,7 +30,7 @@ TEST_F(StreamTrackerTest, OneStreamRecordsNoEventsAndNoFences) {
   EXPECT_EQ(driver_.calls(DriverOp::kRecordEvent), 0u);
   // But unmapping must wait: those frees' kernels may still be queued.
   EXPECT_TRUE(t.NeedsWaitForUnmap());
-  ASSERT_TRUE(t.WaitForAll().ok());
+  ASSERT_TRUE(t.WaitForAll(WaitSite::kEmptyCache).ok());
   EXPECT_FALSE(t.NeedsWaitForUnmap());
 }
 
@@ -78,15 +78,15 @@ TEST_F(StreamTrackerTest, WaitForAllSynchronisesOnlyWhenSomethingIsPending) {
   StreamTracker t(driver_, 0);
   t.Use(kA);
   t.Use(kB);
-  EXPECT_TRUE(t.WaitForAll().ok());
+  EXPECT_TRUE(t.WaitForAll(WaitSite::kEmptyCache).ok());
   EXPECT_EQ(t.device_syncs(), 0u);  // nothing freed yet
   driver_.InjectFailure(DriverOp::kRecordEvent, 1, InternalError("no event"));
   const FreeTag tag = t.Released(kA);  // no event covers it
   EXPECT_FALSE(t.Complete(tag));
-  EXPECT_TRUE(t.WaitForAll().ok());
+  EXPECT_TRUE(t.WaitForAll(WaitSite::kEmptyCache).ok());
   EXPECT_EQ(t.device_syncs(), 1u);
   EXPECT_TRUE(t.Complete(tag));
-  EXPECT_TRUE(t.WaitForAll().ok());
+  EXPECT_TRUE(t.WaitForAll(WaitSite::kEmptyCache).ok());
   EXPECT_EQ(t.device_syncs(), 1u);  // nothing new since
   // A later free is a new epoch: not covered by the earlier wait.
   const FreeTag later = t.Released(kA);
@@ -117,8 +117,38 @@ TEST_F(StreamTrackerTest, FailedEventRecordKeepsTheFreeUnreleased) {
   driver_.CompleteEvents();
   t.NewCall();
   EXPECT_FALSE(t.Ready(tag, kB));  // no event covers it: never assumed done
-  ASSERT_TRUE(t.WaitForAll().ok());  // the device-wide wait releases it
+  ASSERT_TRUE(t.WaitForAll(WaitSite::kEmptyCache)
+                  .ok());  // the device-wide wait releases it
   EXPECT_TRUE(t.Ready(tag, kB));
+}
+
+TEST_F(StreamTrackerTest, WaitsAreCountedByTheirSite) {
+  StreamTracker t(driver_, 0);
+  t.Use(kA);
+  t.Released(kA);
+  t.Use(kB);       // closes A's epoch: a second-stream checkpoint
+  t.Released(kA);  // a free's checkpoint
+  t.Released(kB);  // another
+  driver_.CompleteEvents();
+  t.NewCall();
+  ASSERT_TRUE(t.WaitForAll(WaitSite::kPlanInstall).ok());
+  const WaitCounters& w = t.waits();
+  EXPECT_EQ(w.Get(WaitSite::kSecondStream, WaitKind::kEventRecord), 1u);
+  EXPECT_EQ(w.Get(WaitSite::kFree, WaitKind::kEventRecord), 2u);
+  EXPECT_EQ(w.Get(WaitSite::kPlanInstall, WaitKind::kEventRecord), 0u);
+  // Events cover every free and have completed: no synchronisation.
+  EXPECT_EQ(w.Total(WaitKind::kDeviceSync), 0u);
+  EXPECT_EQ(t.events_recorded(), driver_.calls(DriverOp::kRecordEvent));
+  // A free no event covers: the next wait synchronises the device, counted
+  // at the site that waited.
+  driver_.InjectFailure(DriverOp::kRecordEvent, 1, InternalError("no event"));
+  t.Released(kB);
+  ASSERT_TRUE(t.WaitForAll(WaitSite::kReclaim).ok());
+  EXPECT_EQ(w.Get(WaitSite::kReclaim, WaitKind::kDeviceSync), 1u);
+  EXPECT_EQ(t.device_syncs(), 1u);
+  EXPECT_EQ(t.device_syncs(), driver_.calls(DriverOp::kSynchronizeDevice));
+  EXPECT_EQ(WaitSiteName(WaitSite::kReclaim), "reclaim");
+  EXPECT_EQ(WaitKindName(WaitKind::kDeviceSync), "device_syncs");
 }
 
 }  // namespace

@@ -20,9 +20,20 @@
 #     under torch, expandable segments and loom (auto mode), 5 warm-up and
 #     20 timed steps each, within a 400 s budget (bench/gpu/train/compare.py;
 #     extra options are passed on and win)
+#   step time (issue 21; at most 6 minutes, may share call 2's machine):
+#     run(command="tests/gpu/run_gpu.sh steptime $OUT", carry=[".gpu_pack"],
+#         timeout_s=420)
+#     gpt2_interleaved and llama1b under torch, expandable segments, loom
+#     and loom's layout variants (loom-chunk1: 2 MiB handles, loom-chunk10:
+#     20 MiB), 3 warm-up, 8 timed and 2 profiled steps each (torch.profiler
+#     with CUDA activity): OUT/steptime.md (GPU busy and idle time per
+#     step, the kernels whose time changed most against torch, loom's
+#     waits, layout and host time), OUT/profiles.tar.xz
 # Back here:
 #   tests/gpu/run_gpu.sh record DIR...   DIR/summary.md ->
-#                                   bench/results/gpu_tests.md; every
+#                                   bench/results/gpu_tests.md;
+#                                   DIR/steptime.md ->
+#                                   bench/results/steptime.md; every
 #                                   DIR/results.jsonl (+ driver_costs.json) ->
 #                                   bench/results/gpu.md; DIR/traces.tar.xz ->
 #                                   bench/data/traces/gpu/
@@ -54,6 +65,11 @@ RUN_PYTHON_TESTS=(tests/gpu/python/test_torch_handover_gpu.py)
 TRAIN_OPTIONS=(--models llama1b,moe,gpt2_interleaved,llama1b_recompute
                --steps 20 --warmup 5 --budget 400 --run-timeout 120 --traces)
 STRESS_SECONDS=60
+# `steptime`'s options, before the caller's.
+STEPTIME_OPTIONS=(--models gpt2_interleaved,llama1b
+                  --allocators torch,expandable,loom,loom-chunk1,loom-chunk10
+                  --steps 8 --warmup 3 --profile-steps 2 --budget 330
+                  --run-timeout 120)
 
 pack() {
   local targets=()
@@ -202,6 +218,25 @@ train() {
   verdict "$out" "tests/gpu/run_gpu.sh train"
 }
 
+steptime() {
+  local out="${1:?usage: steptime OUT [options]}"
+  shift
+  mkdir -p "$out"
+  LOOM_LIB="$ROOT/$PACK/bin/libloom.so" LOOM_TOOL="$ROOT/$PACK/bin/loom_tool" \
+    PYTHONUNBUFFERED=1 python3 bench/gpu/train/compare.py run --out "$out" \
+    "${STEPTIME_OPTIONS[@]}" "$@" 2>&1 | tee "$out/log.txt"
+  local rc=${PIPESTATUS[0]}
+  if [[ $rc -ne 0 ]]; then
+    if [[ -s "$out/failures.txt" ]]; then
+      mapfile -t FAILURES < "$out/failures.txt"
+    else
+      fail "bench/gpu/train/compare.py run exited $rc (see $out/log.txt)"
+    fi
+  fi
+  [[ -s "$out/steptime.md" ]] || fail "no steptime.md (see $out/log.txt)"
+  verdict "$out" "tests/gpu/run_gpu.sh steptime"
+}
+
 pytest_files() {
   local out="${1:?usage: pytest OUT FILE...}"
   shift
@@ -219,6 +254,9 @@ record() {
   for dir in "$@"; do
     if [[ -f "$dir/summary.md" ]]; then
       cp "$dir/summary.md" bench/results/gpu_tests.md && echo "recorded bench/results/gpu_tests.md"
+    fi
+    if [[ -f "$dir/steptime.md" ]]; then
+      cp "$dir/steptime.md" bench/results/steptime.md && echo "recorded bench/results/steptime.md"
     fi
     [[ -f "$dir/results.jsonl" ]] && results+=("$dir/results.jsonl")
     [[ -f "$dir/driver_costs.json" ]] && costs=(--driver-costs "$dir/driver_costs.json")
@@ -239,7 +277,8 @@ case "${1:-}" in
   pack) pack ;;
   run) shift; run "$@" ;;
   train) shift; train "$@" ;;
+  steptime) shift; steptime "$@" ;;
   pytest) shift; pytest_files "$@" ;;
   record) shift; record "$@" ;;
-  *) sed -n '2,35p' "$0"; exit 2 ;;
+  *) sed -n '2,47p' "$0"; exit 2 ;;
 esac

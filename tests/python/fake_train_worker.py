@@ -9,10 +9,13 @@ there and reports FAKE_SNAPSHOT_RESERVED as the real peak reserved. Under
 loom a trace file is written in --workdir, as loom's auto mode does.
 FAKE_FAIL=model/allocator makes that run fail (exit 1); a loom run is
 "planned" unless FAKE_FALLBACK names its model (then "fallback", with the
-H200's reason).
+H200's reason). --profile-steps N adds a profile made by the real
+profile_steps.summarize() from a synthetic Kineto trace in which the GEMM
+takes GEMM_US[allocator] per step (and --profile-trace keeps that trace).
 """
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -22,16 +25,48 @@ from pathlib import Path
 GiB = 1 << 30
 EFFICIENCY = {"torch": 0.90, "expandable": 0.95, "loom": 0.995}
 STEP_S = {"torch": 0.100, "expandable": 0.1012, "loom": 0.1005}
+GEMM_US = {"torch": 1000.0, "expandable": 1010.0, "loom": 1000.0,
+           "loom-chunk1": 1200.0, "loom-chunk10": 1020.0}
 DEFAULT_MB = {"llama1b": 4, "llama1b_recompute": 4, "moe": 8,
               "gpt2_interleaved": 4}
+
+
+def synthetic_trace(allocator, steps):
+    """A Kineto-shaped trace: per step a 10 ms annotation holding a GEMM, a
+    memset, three elementwise kernels (the second overlapping the first on
+    another stream) and a copy, 100 us apart."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" /
+                           "gpu" / "train"))
+    import profile_steps  # pylint: disable=import-outside-toplevel
+    events = []
+    for step in range(steps):
+        t = 1_000_000.0 + step * 20_000
+        events.append({"ph": "X", "cat": "user_annotation",
+                       "name": profile_steps.STEP_LABEL, "ts": t,
+                       "dur": 10_000.0, "pid": 1, "tid": 1})
+        gemm = GEMM_US[allocator]
+        kernels = [("kernel", "ampere_sgemm_128x64_tn", t + 100, gemm),
+                   ("gpu_memset", "Memset (Device)", t + 200 + gemm, 5.0),
+                   ("kernel", "void at::native::elementwise_kernel<128, 2>",
+                    t + 300 + gemm, 50.0),
+                   ("kernel", "void at::native::elementwise_kernel<128, 2>",
+                    t + 320 + gemm, 50.0),
+                   ("kernel", "void at::native::elementwise_kernel<128, 2>",
+                    t + 500 + gemm, 50.0),
+                   ("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)",
+                    t + 600 + gemm, 10.0)]
+        for cat, name, ts, dur in kernels:
+            events.append({"ph": "X", "cat": cat, "name": name, "ts": ts,
+                           "dur": dur, "pid": 0, "tid": 7})
+    return {"traceEvents": events}, profile_steps
 
 
 def main(argv):
     parser = argparse.ArgumentParser()
     for name in ("--model", "--allocator", "--out", "--workdir", "--scale",
-                 "--snapshot", "--record-iterations"):
+                 "--snapshot", "--record-iterations", "--profile-trace"):
         parser.add_argument(name)
-    for name in ("--micro-batch", "--warmup", "--steps"):
+    for name in ("--micro-batch", "--warmup", "--steps", "--profile-steps"):
         parser.add_argument(name, type=int)
     args = parser.parse_args(argv)
     limits = json.loads(os.environ.get("FAKE_LIMITS", "{}"))
@@ -51,11 +86,26 @@ def main(argv):
         allocated = mb * GiB
         result["allocated_bytes.all.peak"] = allocated
         result["reserved_bytes.all.peak"] = int(
-            allocated / EFFICIENCY[args.allocator])
+            allocated / EFFICIENCY.get(args.allocator, EFFICIENCY["loom"]))
         result["efficiency"] = allocated / result["reserved_bytes.all.peak"]
-        result["median_step_s"] = STEP_S[args.allocator]
-        result["step_seconds"] = [STEP_S[args.allocator]] * args.steps
-        if args.allocator == "loom":
+        step_s = STEP_S.get(args.allocator, STEP_S["loom"])
+        result["median_step_s"] = step_s
+        result["step_seconds"] = [step_s] * args.steps
+        if args.profile_steps:
+            trace, profile_steps = synthetic_trace(args.allocator,
+                                                   args.profile_steps)
+            result["profile"] = profile_steps.summarize(trace)
+            if args.allocator.startswith("loom"):
+                result["profile"]["loom"] = {
+                    "loom.layout.handles": 7, "loom.layout.mappings": 7,
+                    "loom.layout.handle_size.1GiB.handles": 7,
+                    "loom.waits.free.events": 0,
+                    "loom.host.malloc.mean_ns": 150,
+                    "loom.host.free.mean_ns": 90}
+            if args.profile_trace:
+                with gzip.open(args.profile_trace, "wt") as sink:
+                    json.dump(profile_steps.kept_events(trace), sink)
+        if args.allocator.startswith("loom"):
             workdir = Path(args.workdir)
             workdir.mkdir(parents=True, exist_ok=True)
             trace = workdir / "trace.rank0.ltb"

@@ -33,6 +33,9 @@ DEFAULT_DEVICE_MEMORY = 80 << 30
 DEFAULT_RECORD_EVENTS = 4_000_000
 MAX_RECORD_EVENTS = 1 << 32
 MAX_DEVICES = 64
+MAX_CHUNK_PAGES = 512
+DEFAULT_HOST_SAMPLE_EVERY = 256
+MAX_HOST_SAMPLE_EVERY = 1 << 20
 
 _UNITS = {"": 0, "B": 0, "K": 10, "KiB": 10, "M": 20, "MiB": 20, "G": 30,
           "GiB": 30, "T": 40, "TiB": 40}
@@ -66,6 +69,12 @@ class Config:
     reuse_plan_from: int = None  # a rank whose plan this rank may reuse
     torch_stats: bool = True     # route torch.cuda.memory_stats() to loom
     atexit: bool = True          # finish() at interpreter exit
+    # Physical layout: the largest handle, in granules (1..512; 512 = up to
+    # 1 GiB at CUDA's 2 MiB). Smaller handles: more handles and mappings.
+    max_chunk_pages: int = MAX_CHUNK_PAGES
+    # One C ABI call in this many is timed ("loom.host.*" in memory_stats);
+    # 0 = none, else a power of two.
+    host_sample_every: int = DEFAULT_HOST_SAMPLE_EVERY
 
 
 def parse_size(value, what):
@@ -134,6 +143,14 @@ PLAN_OPTIONS = {
 }
 
 
+def _sample_every(value):
+    _int(value, "host_sample_every", 0, MAX_HOST_SAMPLE_EVERY)
+    if value & (value - 1):
+        raise LoomError(f"host_sample_every: {value} is not 0 or a power of "
+                        f"two")
+    return value
+
+
 def _plan_option(key, value):
     what = f"plan_options[{key!r}]"
     kind = PLAN_OPTIONS[key]
@@ -193,6 +210,9 @@ _OPTIONS = {
         v, "reuse_plan_from", 0),
     "torch_stats": lambda v: _bool(v, "torch_stats"),
     "atexit": lambda v: _bool(v, "atexit"),
+    "max_chunk_pages": lambda v: _int(v, "max_chunk_pages", 1,
+                                      MAX_CHUNK_PAGES),
+    "host_sample_every": _sample_every,
 }
 _HOST_ONLY = ("granularity", "device_memory", "devices")
 
@@ -258,6 +278,8 @@ def settings_string(config, device_count=None, plan=None):
         ("record", config.record_events),
         ("plan", "" if plan is None else str(plan)),
         ("replan", 1 if config.replan else 0),
+        ("max_chunk_pages", config.max_chunk_pages),
+        ("host_sample_every", config.host_sample_every),
     ]
     time_limit = config.plan_options.get("time_limit")
     if config.replan and time_limit is not None:

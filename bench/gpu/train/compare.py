@@ -21,6 +21,10 @@ run served its plan (a run in fallback is a failure, with its reason):
     snapshot imported (python3 -m loom import) and replayed by loom_tool
     compare's simulators, their peak reserved against the real one;
   - "skipped": what --budget seconds left no time for.
+--profile-steps N adds N profiled steps to each measure run (worker.py,
+profile_steps.py) and writes DIR/steptime.md (steptime.py) and
+DIR/profiles.tar.xz (each run's GPU activities and step annotations).
+--allocators may name loom's layout variants (models.LOOM_VARIANTS).
 --traces packs loom's recorded traces and the snapshots into
 DIR/traces.tar.xz (for bench/data/traces/gpu, with unpack-traces).
 
@@ -44,8 +48,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(HERE))
 import models  # noqa: E402  pylint: disable=wrong-import-position
-from models import ALLOCATORS  # noqa: E402  pylint: disable=wrong-import-position
+from models import ALLOCATORS, ALL_ALLOCATORS  # noqa: E402  pylint: disable=wrong-import-position
 from table import make_table, read_results, recipe_failures  # noqa: E402  pylint: disable=wrong-import-position
+from steptime import make_steptime  # noqa: E402  pylint: disable=wrong-import-position
 SIMULATED = {"torch": "pytorch", "expandable": "pytorch_expandable"}
 
 
@@ -187,8 +192,15 @@ def measure(runner, model, allocators):
         if runner.left() < 30:
             runner.skipped("measure", model, allocator)
             continue
+        extra = []
+        if args.profile_steps:
+            profiles = runner.out / "profiles"
+            profiles.mkdir(exist_ok=True)
+            extra = ["--profile-steps", str(args.profile_steps),
+                     "--profile-trace",
+                     str(profiles / f"{model}.{allocator}.json.gz")]
         runner.worker("measure", model, allocator, steps=args.steps,
-                      warmup=args.warmup)
+                      warmup=args.warmup, extra=extra)
 
 
 def search(runner, model, allocators):
@@ -201,7 +213,7 @@ def search(runner, model, allocators):
             return fits(runner.worker(
                 "probe", model, allocator, micro_batch=n, steps=2, warmup=1,
                 extra=["--record-iterations", "2"]
-                if allocator == "loom" else []))
+                if models.is_loom(allocator) else []))
         try:
             largest, seen = largest_fitting(probe, default,
                                             args.max_micro_batch)
@@ -315,7 +327,8 @@ def pack_traces(traces, tarball, limit=15 << 20):
 
 def cmd_run(args):
     args.models = parse_list(args.models, models.MODEL_NAMES, "model")
-    args.allocators = parse_list(args.allocators, ALLOCATORS, "allocator")
+    args.allocators = parse_list(args.allocators, models.ALLOCATORS,
+                                 "allocator", ALL_ALLOCATORS)
     runner = Runner(args)
     traces = runner.out / "traces"
     traces.mkdir(exist_ok=True)
@@ -340,6 +353,14 @@ def cmd_run(args):
     table = make_table(lines)
     (runner.out / "gpu.md").write_text(table)
     print(table)
+    if args.profile_steps:
+        profiles = runner.out / "profiles"
+        if profiles.is_dir() and any(profiles.iterdir()):
+            pack_traces(profiles, runner.out / "profiles.tar.xz")
+            shutil.rmtree(profiles, ignore_errors=True)
+        text = make_steptime(lines)
+        (runner.out / "steptime.md").write_text(text)
+        print(text)
     # Loud: anything short of every run measured and every loom run served
     # from its plan fails the run (exit 1), and says why.
     failures = recipe_failures(lines)
@@ -352,11 +373,14 @@ def cmd_run(args):
     return 0
 
 
-def parse_list(text, choices, what):
-    names = [n for n in (text or "").split(",") if n] or list(choices)
+def parse_list(text, default, what, allowed=None):
+    """Names from "a,b,c" (empty: `default`), each one of `allowed`
+    (default: `default`)."""
+    allowed = allowed or default
+    names = [n for n in (text or "").split(",") if n] or list(default)
     for name in names:
-        if name not in choices:
-            raise SystemExit(f"unknown {what} {name!r} ({', '.join(choices)})")
+        if name not in allowed:
+            raise SystemExit(f"unknown {what} {name!r} ({', '.join(allowed)})")
     return names
 
 
@@ -401,6 +425,10 @@ def parse_args(argv):
     run.add_argument("--max-micro-batch", type=int, default=64)
     run.add_argument("--fidelity", action="store_true")
     run.add_argument("--traces", action="store_true")
+    run.add_argument("--profile-steps", type=int, default=0,
+                     help="profile N steps after the timed ones "
+                     "(torch.profiler, CUDA activity): DIR/steptime.md, "
+                     "DIR/profiles.tar.xz")
     run.add_argument("--scale", choices=("full", "tiny"), default="full")
     run.add_argument("--budget", type=float, default=540,
                      help="seconds; runs that would start later are skipped")

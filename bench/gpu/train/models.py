@@ -33,6 +33,26 @@ import dataclasses
 # The allocators compared: PyTorch's caching allocator, the same with
 # expandable_segments:True, loom (auto mode).
 ALLOCATORS = ("torch", "expandable", "loom")
+# loom with another physical layout (issue 21: does the GPU pay for handle
+# size or mapping count?), for `compare.py run --allocators` and the
+# steptime recipe: name -> loom.enable() options. At CUDA's 2 MiB
+# granularity, chunk1 maps 2 MiB handles and chunk10 20 MiB ones (what
+# expandable segments map); plain loom maps up to 1 GiB per handle.
+LOOM_VARIANTS = {
+    "loom-chunk1": {"max_chunk_pages": 1},
+    "loom-chunk10": {"max_chunk_pages": 10},
+}
+ALL_ALLOCATORS = ALLOCATORS + tuple(LOOM_VARIANTS)
+
+
+def is_loom(allocator):
+    """True for loom and its layout variants."""
+    return allocator == "loom" or allocator in LOOM_VARIANTS
+
+
+def loom_options(allocator):
+    """loom.enable() options of a loom allocator name (plain loom: {})."""
+    return dict(LOOM_VARIANTS.get(allocator, {}))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ results of several runs can be merged. No torch.
 import json
 
 import models
-from models import ALLOCATORS
+from models import ALL_ALLOCATORS as ALLOCATORS, is_loom
 
 GiB = 1 << 30
 
@@ -128,7 +128,7 @@ def training_lines(lines):
             status = " (OOM)"
         elif m.get("error"):
             status = " (failed)"
-        elif allocator == "loom" and m.get("loom_state") not in (None,
+        elif is_loom(allocator) and m.get("loom_state") not in (None,
                                                                  "planned"):
             status = f" (not planned: {m['loom_state']})"
         step = m.get("median_step_s")
@@ -139,8 +139,8 @@ def training_lines(lines):
             f"{pct(m.get('efficiency'))} | "
             f"{'—' if step is None else f'{1000 * step:.1f} ms'} | "
             f"{'—' if ratio is None else f'{ratio:.3f}'} | "
-            f"{m.get('driver_calls_per_step', '—') if allocator == 'loom' else '—'} | "
-            f"{pct(m.get('hit_rate'), 1) if allocator == 'loom' else '—'} | "
+            f"{m.get('driver_calls_per_step', '—') if is_loom(allocator) else '—'} | "
+            f"{pct(m.get('hit_rate'), 1) if is_loom(allocator) else '—'} | "
             f"{big_text} |")
     return out + [""]
 
@@ -256,7 +256,7 @@ def recipe_failures(lines):
             elif line.get("returncode") != 0:
                 out.append(f"{label}: failed (exit "
                            f"{line.get('returncode')}): {last}")
-            elif line.get("allocator") == "loom" and \
+            elif is_loom(line.get("allocator")) and \
                     line.get("loom_state") != "planned":
                 out.append(f"{label}: loom did not serve a plan (state "
                            f"{line.get('loom_state')}): "

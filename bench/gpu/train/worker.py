@@ -1,8 +1,9 @@
 """One training run of the GPU comparison, in a fresh process.
 
-    python3 worker.py --model NAME --allocator torch|expandable|loom
+    python3 worker.py --model NAME --allocator torch|expandable|loom|loom-...
         --micro-batch N --warmup N --steps N --out result.json
         [--workdir DIR] [--snapshot FILE] [--scale full|tiny]
+        [--profile-steps N]
 
 The allocator is chosen before CUDA is touched (it can be chosen once per
 process): `torch` is PyTorch's caching allocator as configured by default,
@@ -10,8 +11,13 @@ process): `torch` is PyTorch's caching allocator as configured by default,
 `loom` is loom in auto mode (records `--record-iterations` iterations,
 plans them in the background, serves the plan from the next iteration
 boundary on; the warm-up waits for the plan so the measured steps run on
-it). Then `--warmup` steps, then `--steps` timed steps (each ends with a
-host sync: loss.item()).
+it); a loom layout variant (models.LOOM_VARIANTS, e.g. loom-chunk1) is loom
+with those options. Then `--warmup` steps, then `--steps` timed steps (each
+ends with a host sync: loss.item()), then, with --profile-steps N, N more
+steps under torch.profiler with CUDA activity (profile_steps.py: GPU time
+per kernel name and per step, the GPU's idle time inside each step) and,
+under loom, its counters over those steps (waits by call site, mapping
+layout, sampled host time per C ABI call).
 
 Written to --out (JSON): peak allocated and reserved over the whole
 process (torch.cuda.memory_stats; loom's under loom), the seconds of each
@@ -33,12 +39,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import models  # noqa: E402  pylint: disable=wrong-import-position
+import profile_steps  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=models.MODEL_NAMES, required=True)
-    parser.add_argument("--allocator", choices=models.ALLOCATORS, required=True)
+    parser.add_argument("--allocator", choices=models.ALL_ALLOCATORS,
+                        required=True)
     parser.add_argument("--micro-batch", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=50)
@@ -49,8 +57,14 @@ def parse_args(argv):
     parser.add_argument("--scale", choices=("full", "tiny"), default="full")
     parser.add_argument("--record-iterations", type=int, default=3)
     parser.add_argument("--plan-time-limit", type=float, default=20)
+    parser.add_argument("--profile-steps", type=int, default=0)
+    parser.add_argument("--profile-trace", default=None,
+                        help="keep the profiled steps' GPU activities and "
+                        "step annotations here (Chrome trace, gzip)")
     args = parser.parse_args(argv)
-    if args.snapshot and args.allocator == "loom":
+    if args.profile_steps < 0:
+        parser.error("--profile-steps must not be negative")
+    if args.snapshot and models.is_loom(args.allocator):
         parser.error("--snapshot records PyTorch's allocator (torch or "
                      "expandable), not loom")
     if args.steps < 1 or args.warmup < 0:
@@ -67,12 +81,13 @@ def choose_allocator(args):
     if args.allocator == "expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = ",".join(
             filter(None, [conf, "expandable_segments:True"]))
-    if args.allocator != "loom":
+    if not models.is_loom(args.allocator):
         return None
     import loom  # pylint: disable=import-outside-toplevel
     loom.enable(mode="auto", workdir=args.workdir,
                 record_iterations=args.record_iterations,
-                plan_options={"time_limit": args.plan_time_limit})
+                plan_options={"time_limit": args.plan_time_limit},
+                **models.loom_options(args.allocator))
     return loom
 
 
@@ -97,6 +112,47 @@ def loom_counters(loom):
             "plan_hits": stats.get("loom.plan_hits", 0),
             "plan_misses": stats.get("loom.plan_misses", 0),
             "dynamic_requests": stats.get("loom.dynamic_requests", 0)}
+
+
+# loom.memory_stats() keys kept from the profiled steps: the waits loom
+# did (by call site), its mapping layout, its sampled host time.
+INSTRUMENT_PREFIXES = ("loom.waits.", "loom.layout.", "loom.host.",
+                       "loom.driver_calls.")
+
+
+def instruments(loom):
+    stats = loom.memory_stats()
+    return {k: v for k, v in stats.items()
+            if k.startswith(INSTRUMENT_PREFIXES)}
+
+
+def counter_delta(before, after):
+    """after - before for counters (waits, calls, host), the value after
+    for the layout (a state, not a count)."""
+    out = {}
+    for key, value in after.items():
+        if key.startswith("loom.layout.") or key.endswith(
+                (".mean_ns", ".sample_every")):
+            out[key] = value
+        elif isinstance(value, (int, float)):
+            out[key] = value - before.get(key, 0)
+    return out
+
+
+def profile_run(args, torch, loom, trainer, step, result):
+    """--profile-steps steps under torch.profiler; returns the next step."""
+    before = instruments(loom) if loom is not None else None
+    trace = Path(args.out).with_suffix(".profile.json")
+    try:
+        result["profile"] = profile_steps.profile(
+            torch, trainer.step, step, args.profile_steps, trace,
+            keep=args.profile_trace)
+    except ValueError as error:  # the profiler recorded nothing usable
+        result["profile_error"] = str(error)
+        return step + args.profile_steps
+    if loom is not None:
+        result["profile"]["loom"] = counter_delta(before, instruments(loom))
+    return step + args.profile_steps
 
 
 def train(args, torch, loom, result):
@@ -141,6 +197,8 @@ def train(args, torch, loom, result):
         result["loom_state"] = status["state"]
         result["plan_error"] = status["plan_error"]
         result["trace"] = status["files"].get("trace")
+    if args.profile_steps:
+        profile_run(args, torch, loom, trainer, step, result)
 
 
 def memory(torch, result):
