@@ -100,8 +100,10 @@ def main(argv):
                     "loom.layout.handles": 7, "loom.layout.mappings": 7,
                     "loom.layout.handle_size.1GiB.handles": 7,
                     "loom.waits.free.events": 0,
-                    "loom.host.malloc.mean_ns": 150,
-                    "loom.host.free.mean_ns": 90}
+                    "loom.host.malloc.samples": 2,
+                    "loom.host.malloc.sampled_ns": 300,
+                    "loom.host.free.samples": 2,
+                    "loom.host.free.sampled_ns": 180}
             if args.profile_trace:
                 with gzip.open(args.profile_trace, "wt") as sink:
                     json.dump(profile_steps.kept_events(trace), sink)

@@ -136,8 +136,10 @@ def test_steptime_tables_and_targets():
                      "loom.layout.handle_size.2MiB.handles": 1,
                      "loom.waits.free.events": 6,
                      "loom.waits.empty_cache.device_syncs": 0,
-                     "loom.host.malloc.mean_ns": 140,
-                     "loom.host.free.mean_ns": 95}
+                     "loom.host.malloc.samples": 4,
+                     "loom.host.malloc.sampled_ns": 560,
+                     "loom.host.free.samples": 4,
+                     "loom.host.free.sampled_ns": 380}
     lines = [
         {"kind": "run", "argv": ["run"], "date": "2026-11-26T18:00Z",
          "host": "h"},
@@ -204,3 +206,19 @@ def test_unknown_allocator_is_refused(tmp_path):
         capture_output=True, text=True, check=False)
     assert done.returncode != 0
     assert "unknown allocator 'loom-chunk3'" in done.stderr
+
+
+def test_worker_counts_loom_over_the_profiled_steps_only():
+    import worker  # pylint: disable=import-outside-toplevel
+    before = {"loom.waits.free.events": 10, "loom.host.malloc.samples": 100,
+              "loom.host.malloc.sampled_ns": 900_000,
+              "loom.host.malloc.mean_ns": 9000, "loom.layout.handles": 5,
+              "loom.host.sample_every": 256}
+    after = {"loom.waits.free.events": 10, "loom.host.malloc.samples": 104,
+             "loom.host.malloc.sampled_ns": 902_000,
+             "loom.host.malloc.mean_ns": 8673, "loom.layout.handles": 7,
+             "loom.host.sample_every": 256}
+    assert worker.counter_delta(before, after) == {
+        "loom.waits.free.events": 0, "loom.host.malloc.samples": 4,
+        "loom.host.malloc.sampled_ns": 2000, "loom.host.malloc.mean_ns": 500,
+        "loom.layout.handles": 7, "loom.host.sample_every": 256}

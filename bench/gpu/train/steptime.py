@@ -71,12 +71,17 @@ def layout_text(prof):
 
 
 def host_text(prof):
+    """Mean sampled host ns per loom_malloc / loom_free over the profiled
+    steps (from the sampled counters' growth)."""
     loom = prof.get("loom") or {}
-    malloc = loom.get("loom.host.malloc.mean_ns")
-    free = loom.get("loom.host.free.mean_ns")
-    if not malloc and not free:
+    means = []
+    for entry in ("malloc", "free"):
+        samples = loom.get(f"loom.host.{entry}.samples")
+        total = loom.get(f"loom.host.{entry}.sampled_ns")
+        means.append(None if not samples else round(total / samples))
+    if means == [None, None]:
         return "—"
-    return f"{malloc or 0} / {free or 0} ns"
+    return " / ".join("—" if m is None else str(m) for m in means) + " ns"
 
 
 def model_lines(model, runs):

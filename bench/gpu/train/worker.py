@@ -131,11 +131,16 @@ def counter_delta(before, after):
     for the layout (a state, not a count)."""
     out = {}
     for key, value in after.items():
-        if key.startswith("loom.layout.") or key.endswith(
-                (".mean_ns", ".sample_every")):
+        if key.startswith("loom.layout.") or key.endswith(".sample_every"):
             out[key] = value
+        elif key.endswith(".mean_ns"):
+            continue  # a mean since start: recomputed below from the deltas
         elif isinstance(value, (int, float)):
             out[key] = value - before.get(key, 0)
+    for key in list(out):
+        if key.endswith(".samples") and out[key]:
+            stem = key[:-len(".samples")]
+            out[stem + ".mean_ns"] = out.get(stem + ".sampled_ns", 0) // out[key]
     return out
 
 
