@@ -1,5 +1,7 @@
 #include "cli/replay_auto.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 
 #include "base/json.h"
@@ -25,6 +27,27 @@ void SwitchJson(JsonWriter& w, std::string_view name,
   w.Key("dynamic_bytes").Uint(s.dynamic_bytes.current);
   w.Key("arena_mapped_bytes").Uint(s.arena_mapped_bytes);
   w.EndObject();
+}
+
+void BreakdownJson(JsonWriter& w, std::string_view name,
+                   const vmm::MemoryBreakdown& b) {
+  w.Key(name).BeginObject();
+  w.Key("static_live").Uint(b.static_live);
+  w.Key("arena_live").Uint(b.arena_live);
+  w.Key("arena_idle_pinned").Uint(b.arena_idle_pinned);
+  w.Key("arena_idle").Uint(b.arena_idle);
+  w.Key("static_idle").Uint(b.static_idle);
+  w.Key("spare").Uint(b.spare);
+  w.EndObject();
+}
+
+std::string BreakdownText(const vmm::MemoryBreakdown& b) {
+  return fmt::format(
+      "static live {}, arena live {}, arena idle pinned {}, arena idle {}, "
+      "static idle {}, spare {}",
+      FormatBytes(b.static_live), FormatBytes(b.arena_live),
+      FormatBytes(b.arena_idle_pinned), FormatBytes(b.arena_idle),
+      FormatBytes(b.static_idle), FormatBytes(b.spare));
 }
 
 }  // namespace
@@ -71,6 +94,9 @@ int ReplayAuto(const std::string& input,
               phases.planned_peak_allocated);
     SwitchJson(w, "before_switch", phases.before);
     SwitchJson(w, "after_switch", phases.after);
+    BreakdownJson(w, "at_unplanned_peak", phases.at_unplanned_peak);
+    BreakdownJson(w, "at_planned_peak", phases.at_planned_peak);
+    BreakdownJson(w, "at_end", phases.now);
     w.Key("plan_peak_bytes").Uint(result->plan_peak_bytes);
     w.Key("plan_hits").Uint(stats.plan_hits);
     w.Key("plan_misses").Uint(stats.plan_misses);
@@ -117,6 +143,12 @@ int ReplayAuto(const std::string& input,
         FormatBytes(phases.before.arena_mapped_bytes).c_str(),
         FormatBytes(phases.after.arena_mapped_bytes).c_str(),
         FormatBytes(phases.after.dynamic_bytes.current).c_str());
+    std::printf(
+        "pages at peak  unplanned: %s\n               planned:   %s\n"
+        "pages at end   %s\n",
+        BreakdownText(phases.at_unplanned_peak).c_str(),
+        BreakdownText(phases.at_planned_peak).c_str(),
+        BreakdownText(phases.now).c_str());
     std::printf("plan hits      %llu, misses %llu (hit rate %.2f%%)\n",
                 static_cast<unsigned long long>(stats.plan_hits),
                 static_cast<unsigned long long>(stats.plan_misses),

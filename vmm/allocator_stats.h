@@ -56,7 +56,7 @@ struct AllocatorStats {
   // Requests the plan did not place served from static bytes the plan
   // leaves idle while they live (plan_schedule.h).
   uint64_t idle_static_placements = 0;
-  uint64_t iterations = 0;        // iteration-begin markers seen
+  uint64_t iterations = 0;              // iteration-begin markers seen
   double last_iteration_hit_rate = -1;  // -1 until an iteration completes
   // Plans: variants installed, plans unloaded, how often the plan did not
   // fit (suspensions), iterations that ended suspended (and whether the
@@ -71,16 +71,29 @@ struct AllocatorStats {
   uint64_t static_region_bytes = 0;
   uint64_t static_backed_bytes = 0;  // granules of the region backed so far
   uint64_t arena_mapped_bytes = 0;
-  uint64_t arena_maps = 0;       // granules mapped into the arena
+  uint64_t arena_maps = 0;        // granules mapped into the arena
   uint64_t graph_pool_bytes = 0;  // freed by graph allocations, kept for them
   uint64_t stream_events = 0;     // events recorded at frees (several streams)
   uint64_t device_syncs = 0;      // waits for the device before an unmap
-  uint64_t trace_events = 0;     // events recorded (record mode)
-  bool trace_truncated = false;  // the record buffer filled up
+  uint64_t trace_events = 0;      // events recorded (record mode)
+  bool trace_truncated = false;   // the record buffer filled up
   std::array<uint64_t, kDriverOpCount> driver_calls{};
 
   // Flat JSON object with torch-style keys.
   std::string ToJson() const;
+};
+
+// What the physical memory held serves right now, page by page (each page
+// in the first class that applies; the classes sum to reserved_bytes).
+struct MemoryBreakdown {
+  uint64_t static_live = 0;  // pages serving live static allocations
+  uint64_t arena_live = 0;   // pages serving live arena allocations
+  // Arena pages serving nothing, in a mapping (a whole chunk) another page
+  // of which serves a live allocation: held until that one is freed.
+  uint64_t arena_idle_pinned = 0;
+  uint64_t arena_idle = 0;   // pages of arena mappings serving nothing
+  uint64_t static_idle = 0;  // backed static pages serving nothing now
+  uint64_t spare = 0;        // held, mapped nowhere
 };
 
 }  // namespace loom::vmm

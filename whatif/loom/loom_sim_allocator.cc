@@ -127,6 +127,7 @@ StatusOr<uint64_t> LoomSimAllocator::Malloc(uint64_t size, uint64_t stream) {
   uint64_t tag = next_tag_++;
   if (options_.check_data) Stamp(ptr, size, tag);
   live_[ptr] = Live{size, tag};
+  if (options_.switch_plan.has_value()) NotePeak();
   return ptr;
 }
 
@@ -186,6 +187,14 @@ void LoomSimAllocator::OnMarker(const plan::Event& event) {
   }
 }
 
+void LoomSimAllocator::NotePeak() {
+  const uint64_t reserved = allocator_->stats().reserved_bytes.current;
+  if (reserved <= phase_peak_) return;
+  phase_peak_ = reserved;
+  (switch_.switched ? switch_.at_planned_peak : switch_.at_unplanned_peak) =
+      allocator_->Breakdown();
+}
+
 void LoomSimAllocator::Switch() {
   switch_.before = allocator_->stats();
   Status loaded = allocator_->LoadPlan(*options_.switch_plan);
@@ -196,7 +205,10 @@ void LoomSimAllocator::Switch() {
   // The trace has served its purpose (session.py: stop_recording).
   allocator_->StopRecording();
   switch_.after = allocator_->stats();
+
   switch_.switched = true;
+  phase_peak_ = 0;
+  NotePeak();
   // From here on the allocator's peaks are the planned phase's; stats()
   // folds the earlier ones in.
   allocator_->ResetPeakStats();
@@ -205,6 +217,7 @@ void LoomSimAllocator::Switch() {
 SwitchReport LoomSimAllocator::switch_report() const {
   SwitchReport out = switch_;
   const vmm::AllocatorStats now = allocator_->stats();
+  out.now = allocator_->Breakdown();
   if (switch_.switched) {
     out.unplanned_peak_reserved = switch_.before.reserved_bytes.peak;
     out.unplanned_peak_allocated = switch_.before.allocated_bytes.peak;

@@ -71,6 +71,10 @@ struct SwitchReport {
   // At the switch, right before and right after LoadPlan.
   vmm::AllocatorStats before;
   vmm::AllocatorStats after;
+  // What the memory served when each phase reached its peak reserved.
+  vmm::MemoryBreakdown at_unplanned_peak;
+  vmm::MemoryBreakdown at_planned_peak;
+  vmm::MemoryBreakdown now;  // when switch_report() is called
 };
 
 class LoomSimAllocator final : public SimAllocator {
@@ -101,6 +105,9 @@ class LoomSimAllocator final : public SimAllocator {
   uint64_t DriverCallTotal() const;
   // Installs switch_plan (the boundary before iteration switch_at begins).
   void Switch();
+  // With a switch: after a request, notes what the memory serves when the
+  // phase's reserved bytes reach a new peak.
+  void NotePeak();
 
   LoomSimOptions options_;
   std::unique_ptr<vmm::Driver> driver_;
@@ -117,6 +124,7 @@ class LoomSimAllocator final : public SimAllocator {
   bool in_iteration_ = false;
   int64_t steady_driver_calls_ = -1;  // -1: no complete iteration yet
   SwitchReport switch_;               // its peaks filled in by switch_report()
+  uint64_t phase_peak_ = 0;  // reserved bytes at the phase's last NotePeak
   mutable MemoryStats stats_;
   mutable DriverCalls calls_;
 };
