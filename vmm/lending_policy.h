@@ -137,11 +137,12 @@ class StaticBacking final : public PageSource {
 class LendingPolicy final : public Arena::PagePolicy {
  public:
   // The largest new arena chunk while no plan is installed (as expandable
-  // segments' 20 MiB pages; 8 granules of 2 MiB). Measured on the H200's
-  // auto-mode traces (`loom replay --auto 3`): 8 granules keep the switch
-  // within the unplanned peak on both, 16 do not; warm-up driver time
-  // 41 -> 77 ms (llama1b) and 109 -> 158 ms (gpt2_interleaved), steady
-  // state still none.
+  // segments' 20 MiB pages; 8 granules of 2 MiB). Measured with `loom
+  // replay --auto 3` on the H200's traces: the switch to the plan keeps
+  // llama1b, gpt2_interleaved and moe at their unplanned peak, and
+  // llama1b_recompute 0.28 GiB above it (1.88 with chunks as large as their
+  // request; 8 MiB: 0.10, 2 MiB: 0 but moe 0.12 above); warm-up driver
+  // time 41 -> 77 ms (llama1b), steady state still none.
   static constexpr uint64_t kMaxNewChunkBytes = uint64_t{16} << 20;
 
   // `region` may be null (no plan); `schedule` null: no plan in force (every
