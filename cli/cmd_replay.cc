@@ -5,6 +5,7 @@
 #include "base/json.h"
 #include "base/text.h"
 #include "cli/commands.h"
+#include "cli/replay_auto.h"
 #include "vmm/plan_loader.h"
 #include "whatif/compare/compare.h"
 #include "whatif/loom/loom_sim_allocator.h"
@@ -22,7 +23,8 @@ int RunReplay(const Args& args) {
   bool self_plan = false, check_data = false, check_invariants = false,
        json = false;
   uint64_t granularity = uint64_t{2} << 20, capacity = 0;
-  double time_limit = 10;
+  double time_limit = -1;  // default: 10 s (--self-plan), 20 s (--auto)
+  int64_t auto_iterations = 0, switch_at = -1, repeat = 5;
   FlagParser flags(
       "replay",
       "<trace|snapshot|csv|builtin:NAME> [--plan P | --self-plan] [options]",
@@ -35,7 +37,11 @@ int RunReplay(const Args& args) {
       "driver calls and the driver time they stand for (warm-up and steady "
       "state, at the H200's per-call costs or --driver-costs); --check-data "
       "(host backend) stamps every allocation with "
-      "a pattern of its own and verifies it at its free.");
+      "a pattern of its own and verifies it at its free. --auto K replays "
+      "auto mode: the first K iterations served without a plan and "
+      "planned, the plan installed at a later boundary (--switch-at) with "
+      "everything allocated before still live, then --repeat more copies of "
+      "the last recorded iteration; peaks per phase.");
   flags.AddPositional("input", &input, "the workload");
   flags.AddString("plan", &plan_path, "plan file to serve");
   flags.AddBool("self-plan", &self_plan,
@@ -50,7 +56,18 @@ int RunReplay(const Args& args) {
   flags.AddString("scope", &scope,
                   "with --self-plan: auto, iteration or trace");
   flags.AddDouble("time-limit", &time_limit,
-                  "with --self-plan: planner seconds");
+                  "planner seconds (default 10 with --self-plan, 20 with "
+                  "--auto: the GPU worker's)");
+  flags.AddInt("auto", &auto_iterations,
+               "replay auto mode (record_iterations=K): plan from the first "
+               "K iterations (no persistent buffers; --time-limit, default "
+               "20 here) and switch to the plan mid-run");
+  flags.AddInt("switch-at", &switch_at,
+               "with --auto: install the plan before iteration M begins "
+               "(M >= K; default K + 1, as with planning in the background)");
+  flags.AddInt("repeat", &repeat,
+               "with --auto: iterations served after the switch (copies of "
+               "the last recorded one; default 5)");
   flags.AddString("backend", &backend, "fake (default) or host (real memory)");
   flags.AddBool("check-data", &check_data,
                 "stamp and verify data (host backend)");
@@ -78,6 +95,26 @@ int RunReplay(const Args& args) {
     costs = *std::move(table);
   }
   if (check_data && backend == "fake") backend = "host";
+  if (auto_iterations != 0) {
+    if (!plan_path.empty() || self_plan || !plan_from.empty() ||
+        !perturb_text.empty()) {
+      return fail(InvalidArgumentError(
+          "--auto makes its own plan: no --plan, --self-plan, --plan-from or "
+          "--perturb with it"));
+    }
+    whatif::AutoReplayOptions auto_options;
+    auto_options.record_iterations = auto_iterations;
+    auto_options.switch_at = switch_at;
+    auto_options.planned_iterations = repeat;
+    if (time_limit > 0) auto_options.time_limit_seconds = time_limit;
+    auto_options.backend = backend;
+    auto_options.granularity = granularity;
+    auto_options.capacity =
+        capacity != 0 ? capacity : (backend == "host" ? uint64_t{80} << 30 : 0);
+    auto_options.check_data = check_data;
+    auto_options.check_invariants = check_invariants;
+    return ReplayAuto(input, auto_options, json, costs);
+  }
   if (static_cast<int>(!plan_path.empty()) + static_cast<int>(self_plan) +
           static_cast<int>(!plan_from.empty()) >
       1) {
@@ -130,7 +167,7 @@ int RunReplay(const Args& args) {
     StatusOr<plan::PlanScope> parsed = plan::ParsePlanScope(scope);
     if (!parsed.ok()) return fail(parsed.status());
     plan_options.scope = *parsed;
-    plan_options.time_limit_seconds = time_limit;
+    plan_options.time_limit_seconds = time_limit > 0 ? time_limit : 10;
     plan_options.granularity = granularity;
     StatusOr<whatif::SelfPlan> planned =
         whatif::PlanTraceForRuntime(*planning_trace, plan_options);

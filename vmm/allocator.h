@@ -161,6 +161,8 @@ class Allocator {
 
   AllocatorStats stats() const;
   void ResetPeakStats();
+  // What the physical memory held serves now (a walk over every page).
+  MemoryBreakdown Breakdown() const;
 
   // The recorded trace so far (record mode), and forgets it.
   plan::Trace TakeTrace();

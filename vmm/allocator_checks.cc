@@ -59,6 +59,30 @@ std::vector<PhysicalExtent> Allocator::ExtentsLocked(
   }
   return out;
 }
+MemoryBreakdown Allocator::Breakdown() const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  MemoryBreakdown out;
+  std::vector<PageId> idle = arena_->IdlePages();
+  std::sort(idle.begin(), idle.end());
+  for (PageId id = 0; id < pool_.slots(); ++id) {
+    const Page& p = pool_.page(id);
+    if (!p.live) continue;
+    uint64_t* bucket = &out.static_idle;
+    if (p.spare()) {
+      bucket = &out.spare;
+    } else if (p.static_users != 0) {
+      bucket = &out.static_live;
+    } else if (p.arena_users != 0) {
+      bucket = &out.arena_live;
+    } else if (std::binary_search(idle.begin(), idle.end(), id)) {
+      bucket = &out.arena_idle;
+    } else if (p.arena_granule != kNoGranule) {
+      bucket = &out.arena_idle_pinned;
+    }
+    *bucket += granularity_;
+  }
+  return out;
+}
 
 std::vector<std::pair<DevicePtr, uint64_t>> Allocator::MappedRanges() const {
   std::lock_guard<FutexMutex> lock(mu_);

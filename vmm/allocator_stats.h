@@ -92,6 +92,19 @@ struct AllocatorStats {
   std::string ToJson() const;
 };
 
+// What the physical memory held serves right now, page by page (each page
+// in the first class that applies; the classes sum to reserved_bytes).
+struct MemoryBreakdown {
+  uint64_t static_live = 0;  // pages serving live static allocations
+  uint64_t arena_live = 0;   // pages serving live arena allocations
+  // Arena pages serving nothing, in a mapping (a whole chunk) another page
+  // of which serves a live allocation: held until that one is freed.
+  uint64_t arena_idle_pinned = 0;
+  uint64_t arena_idle = 0;   // pages of arena mappings serving nothing
+  uint64_t static_idle = 0;  // backed static pages serving nothing now
+  uint64_t spare = 0;        // held, mapped nowhere
+};
+
 }  // namespace loom::vmm
 
 #endif  // LOOM_VMM_ALLOCATOR_STATS_H_

@@ -6,17 +6,17 @@
 // pages that are idle now (lent; the same physical page then has two
 // mappings). Every mapping is one whole chunk (a handle: CUDA maps nothing
 // less), its pages at consecutive granules: a request of many granules gets
-// one new chunk, one map, one set-access; a chunk already held that is larger
-// than the granules a request lacks may be mapped over the unmapped granules
-// after them too (mapped ahead, free, at no cost in memory). A mapping is
-// unmapped only whole,
-// in one call of its own, once none of its granules is in use (CUDA unmaps
-// exactly what one map mapped). Nothing is mapped ahead of requests:
-// measured on the plan-miss suite, pages mapped past a request (as
-// expandable segments map whole 20 MiB pages) saved driver calls but left
-// idle granules that later requests did not fit into. Mappings are kept when
-// allocations are freed, so a workload that repeats finds its granules already
-// mapped and makes no driver call.
+// one new chunk (several of at most 16 MiB while no plan is installed:
+// lending_policy.h), one map each, one set-access for all; a chunk already held
+// that is larger than the granules a request lacks may be mapped over the
+// unmapped granules after them too (mapped ahead, free, at no cost in memory).
+// A mapping is unmapped only whole, in one call of its own, once none of its
+// granules is in use (CUDA unmaps exactly what one map mapped). Nothing is
+// mapped ahead of requests: measured on the plan-miss suite, pages mapped past
+// a request (as expandable segments map whole 20 MiB pages) saved driver calls
+// but left idle granules that later requests did not fit into. Mappings are
+// kept when allocations are freed, so a workload that repeats finds its
+// granules already mapped and makes no driver call.
 //
 // An allocation is placed only where every granule it touches is either
 // unmapped (a page is then acquired and mapped) or mapped to a page the

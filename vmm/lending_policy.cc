@@ -216,10 +216,18 @@ StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, uint32_t room,
   }
   // 3. A new chunk of what is wanted (spare chunks that did not fit go
   // back first: held beside the new one they would only raise the peak).
+  // Without a plan, at most kMaxNewChunkBytes of it (one chunk of several
+  // for a larger stretch; the arena asks again for the rest).
   // (Growing by more, and keeping or mapping the rest, was measured on the
   // plan-miss suite: fewer calls, more memory held.)
   pool_.ReleaseUnfencedSpareChunks();
-  StatusOr<PageRun> grown = pool_.GrowRun(wanted);
+  uint32_t pages = wanted;
+  if (region_ == nullptr) {
+    const uint32_t cap = static_cast<uint32_t>(
+        std::max<uint64_t>(1, kMaxNewChunkBytes / pool_.granularity()));
+    pages = std::min(wanted, cap);
+  }
+  StatusOr<PageRun> grown = pool_.GrowRun(pages);
   if (grown.ok()) {
     on_grow_();
     return grown;

@@ -23,7 +23,20 @@
 //    pages wanted, a chunk reclaimed from an idle arena mapping (after
 //    waiting for its work), and last any idle static chunk. Every answer is
 //    one whole chunk (CUDA maps whole handles only); a chunk already held
-//    may be larger than the stretch, over the unmapped granules after it.
+//    may be larger than the stretch, over the unmapped granules after it;
+//  - while no plan is installed, a new chunk holds at most
+//    kMaxNewChunkBytes (a larger stretch gets several, one map each). A
+//    chunk goes back only once no page of it serves a live allocation, so
+//    an allocation made for good in reused memory (an optimizer state in a
+//    freed activation's granules, in auto mode's unplanned iterations) keeps
+//    its whole chunk: after auto mode's switch to a plan (which serves
+//    everything from the static region), each chunk a live arena
+//    allocation keeps idle costs less than kMaxNewChunkBytes, where chunks
+//    as large as their requests kept up to 1 GiB each idle (3.6 GiB on the
+//    H200's gpt2_interleaved, above the unplanned peak). With a plan the
+//    arena's requests are misses and dynamic modules, and chunks stay as
+//    large as the stretch (capping them there was measured on the
+//    plan-miss suite: -0.2 to +6.5 points, more calls; not done).
 #ifndef LOOM_VMM_LENDING_POLICY_H_
 #define LOOM_VMM_LENDING_POLICY_H_
 
@@ -123,6 +136,15 @@ class StaticBacking final : public PageSource {
 
 class LendingPolicy final : public Arena::PagePolicy {
  public:
+  // The largest new arena chunk while no plan is installed (as expandable
+  // segments' 20 MiB pages; 8 granules of 2 MiB). Measured with `loom
+  // replay --auto 3` on the H200's traces: the switch to the plan keeps
+  // llama1b, gpt2_interleaved and moe at their unplanned peak, and
+  // llama1b_recompute 0.28 GiB above it (1.88 with chunks as large as their
+  // request; 8 MiB: 0.10, 2 MiB: 0 but moe 0.12 above); warm-up driver
+  // time 41 -> 77 ms (llama1b), steady state still none.
+  static constexpr uint64_t kMaxNewChunkBytes = uint64_t{16} << 20;
+
   // `region` may be null (no plan); `schedule` null: no plan in force (every
   // idle static page may be lent). `on_grow` is called after the pool grew.
   // REQUIRES: everything referenced outlives the policy.

@@ -6,7 +6,8 @@
 // into a handle or part of one: docs/driver_contract.md), so a chunk is
 // always mapped whole: its pages at consecutive granules, in order, one
 // map call (MapRun). The allocator sizes chunks to how they will be used:
-// an arena request's new granules are one chunk; the static region's
+// an arena request's new granules are one chunk (chunks of at most 16 MiB
+// while no plan is installed: lending_policy.h); the static region's
 // granules come in one chunk per stretch the plan uses at the same times
 // (lent together when idle). A page is mapped into its place in the static
 // region, into a granule of the dynamic arena, or both at once (its chunk

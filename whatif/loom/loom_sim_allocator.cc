@@ -57,6 +57,14 @@ StatusOr<std::unique_ptr<LoomSimAllocator>> LoomSimAllocator::Create(
   LOOM_ASSIGN_OR_RETURN(a->driver_,
                         vmm::OpenDriver(a->options_.backend, driver_options));
   vmm::AllocatorOptions allocator_options;
+  if (a->options_.switch_plan.has_value()) {
+    if (a->options_.plan.has_value()) {
+      return InvalidArgumentError(
+          "a replay serves a plan from the start or switches to one, not "
+          "both");
+    }
+    allocator_options.record_capacity = a->options_.record_capacity;
+  }
   LOOM_ASSIGN_OR_RETURN(a->allocator_,
                         vmm::Allocator::Create(*a->driver_, allocator_options));
   if (a->options_.plan.has_value()) {
@@ -119,6 +127,7 @@ StatusOr<uint64_t> LoomSimAllocator::Malloc(uint64_t size, uint64_t stream) {
   uint64_t tag = next_tag_++;
   if (options_.check_data) Stamp(ptr, size, tag);
   live_[ptr] = Live{size, tag};
+  if (options_.switch_plan.has_value()) NotePeak();
   return ptr;
 }
 
@@ -145,6 +154,11 @@ void LoomSimAllocator::OnMarker(const plan::Event& event) {
   };
   switch (event.kind) {
     case plan::EventKind::kIterationBegin:
+      if (options_.switch_plan.has_value() && !switch_.switched &&
+          switch_.error.empty() &&
+          event.id == static_cast<uint64_t>(options_.switch_at)) {
+        Switch();
+      }
       calls_at_iteration_begin_ = DriverCallTotal();
       in_iteration_ = true;
       if (replanner_ != nullptr) replanner_->BeforeIterationBegin();
@@ -173,21 +187,69 @@ void LoomSimAllocator::OnMarker(const plan::Event& event) {
   }
 }
 
+void LoomSimAllocator::NotePeak() {
+  const uint64_t reserved = allocator_->stats().reserved_bytes.current;
+  if (reserved <= phase_peak_) return;
+  phase_peak_ = reserved;
+  (switch_.switched ? switch_.at_planned_peak : switch_.at_unplanned_peak) =
+      allocator_->Breakdown();
+}
+
+void LoomSimAllocator::Switch() {
+  switch_.before = allocator_->stats();
+  Status loaded = allocator_->LoadPlan(*options_.switch_plan);
+  if (!loaded.ok()) {
+    switch_.error = loaded.ToString();
+    return;
+  }
+  // The trace has served its purpose (session.py: stop_recording).
+  allocator_->StopRecording();
+  switch_.after = allocator_->stats();
+
+  switch_.switched = true;
+  phase_peak_ = 0;
+  NotePeak();
+  // From here on the allocator's peaks are the planned phase's; stats()
+  // folds the earlier ones in.
+  allocator_->ResetPeakStats();
+}
+
+SwitchReport LoomSimAllocator::switch_report() const {
+  SwitchReport out = switch_;
+  const vmm::AllocatorStats now = allocator_->stats();
+  out.now = allocator_->Breakdown();
+  if (switch_.switched) {
+    out.unplanned_peak_reserved = switch_.before.reserved_bytes.peak;
+    out.unplanned_peak_allocated = switch_.before.allocated_bytes.peak;
+    out.planned_peak_reserved = now.reserved_bytes.peak;
+    out.planned_peak_allocated = now.allocated_bytes.peak;
+  } else {
+    out.unplanned_peak_reserved = now.reserved_bytes.peak;
+    out.unplanned_peak_allocated = now.allocated_bytes.peak;
+  }
+  return out;
+}
+
 const MemoryStats& LoomSimAllocator::stats() const {
   vmm::AllocatorStats s = allocator_->stats();
-  auto copy = [](StatArray& to, const vmm::Stat& from) {
+  // Whole-run peaks: the phase before a switch counts too.
+  auto copy = [&](StatArray& to, vmm::Stat vmm::AllocatorStats::*field) {
+    const vmm::Stat& from = s.*field;
     Stat& all = to[StatType::kAll];
     all.current = static_cast<int64_t>(from.current);
-    all.peak = static_cast<int64_t>(from.peak);
+    uint64_t peak = from.peak;
+    if (switch_.switched) peak = std::max(peak, (switch_.before.*field).peak);
+    all.peak = static_cast<int64_t>(peak);
     all.allocated = static_cast<int64_t>(from.allocated);
     all.freed = static_cast<int64_t>(from.freed);
   };
-  copy(stats_.allocation, s.allocation);
-  copy(stats_.segment, s.segment);
-  copy(stats_.allocated_bytes, s.allocated_bytes);
-  copy(stats_.requested_bytes, s.allocated_bytes);
-  copy(stats_.active_bytes, s.active_bytes);
-  copy(stats_.reserved_bytes, s.reserved_bytes);
+  using S = vmm::AllocatorStats;
+  copy(stats_.allocation, &S::allocation);
+  copy(stats_.segment, &S::segment);
+  copy(stats_.allocated_bytes, &S::allocated_bytes);
+  copy(stats_.requested_bytes, &S::allocated_bytes);
+  copy(stats_.active_bytes, &S::active_bytes);
+  copy(stats_.reserved_bytes, &S::reserved_bytes);
   stats_.num_alloc_retries = s.num_alloc_retries;
   stats_.num_ooms = s.num_ooms;
   stats_.num_device_alloc = s.num_device_alloc;

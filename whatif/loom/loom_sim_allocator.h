@@ -16,6 +16,16 @@
 // during the last complete iteration, from its iteration-begin marker to its
 // iteration-end marker, re-planning at the boundary included: 0 for a
 // repeating workload once warm; the replay harness's steady state).
+//
+// Auto mode's switch (switch_plan): no plan at first, then, at the boundary
+// before the begin marker of iteration `switch_at`, the plan is installed
+// as auto mode installs the plan it made in the background
+// (torch_plugin/loom/session.py: LoadPlan after the allocator's
+// IterationEnd, then the recording stops, then the re-planner and the
+// allocator see the IterationBegin), with everything allocated before still
+// live in the arena. The allocator records from its start until then (auto
+// mode's trace buffer). switch_report() has the peaks of the two phases;
+// stats() keeps whole-run peaks.
 #ifndef LOOM_WHATIF_LOOM_LOOM_SIM_ALLOCATOR_H_
 #define LOOM_WHATIF_LOOM_LOOM_SIM_ALLOCATOR_H_
 
@@ -42,6 +52,29 @@ struct LoomSimOptions {
   // shape of iteration the plan does not fit is recorded, planned (in the
   // replay's thread: the same result every time) and added as a variant.
   std::optional<autoplan::ReplanOptions> replan;
+  // Auto mode's switch (above): installed before iteration `switch_at`
+  // begins; the allocator records up to `record_capacity` events before.
+  std::optional<vmm::RuntimePlan> switch_plan;
+  int64_t switch_at = -1;
+  size_t record_capacity = 0;
+};
+
+// The two phases of a replay with a switch: before it (unplanned, served by
+// the arena) and after it (served by the plan). Peaks in bytes.
+struct SwitchReport {
+  bool switched = false;
+  std::string error;  // why LoadPlan failed (then nothing switched)
+  uint64_t unplanned_peak_reserved = 0;
+  uint64_t unplanned_peak_allocated = 0;
+  uint64_t planned_peak_reserved = 0;
+  uint64_t planned_peak_allocated = 0;
+  // At the switch, right before and right after LoadPlan.
+  vmm::AllocatorStats before;
+  vmm::AllocatorStats after;
+  // What the memory served when each phase reached its peak reserved.
+  vmm::MemoryBreakdown at_unplanned_peak;
+  vmm::MemoryBreakdown at_planned_peak;
+  vmm::MemoryBreakdown now;  // when switch_report() is called
 };
 
 class LoomSimAllocator final : public SimAllocator {
@@ -63,12 +96,18 @@ class LoomSimAllocator final : public SimAllocator {
 
   uint64_t corrupted() const { return corrupted_; }
   vmm::AllocatorStats loom_stats() const { return allocator_->stats(); }
+  SwitchReport switch_report() const;
 
  private:
   LoomSimAllocator() = default;
   void Stamp(uint64_t address, uint64_t size, uint64_t tag);
   bool Verify(uint64_t address, uint64_t size, uint64_t tag);
   uint64_t DriverCallTotal() const;
+  // Installs switch_plan (the boundary before iteration switch_at begins).
+  void Switch();
+  // With a switch: after a request, notes what the memory serves when the
+  // phase's reserved bytes reach a new peak.
+  void NotePeak();
 
   LoomSimOptions options_;
   std::unique_ptr<vmm::Driver> driver_;
@@ -84,6 +123,8 @@ class LoomSimAllocator final : public SimAllocator {
   uint64_t calls_at_iteration_begin_ = 0;
   bool in_iteration_ = false;
   int64_t steady_driver_calls_ = -1;  // -1: no complete iteration yet
+  SwitchReport switch_;               // its peaks filled in by switch_report()
+  uint64_t phase_peak_ = 0;  // reserved bytes at the phase's last NotePeak
   mutable MemoryStats stats_;
   mutable DriverCalls calls_;
 };

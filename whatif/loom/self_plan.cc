@@ -11,12 +11,12 @@ StatusOr<SelfPlan> PlanTraceForRuntime(const plan::Trace& trace,
   make.scope = options.scope;
   make.time_limit_seconds = options.time_limit_seconds;
   make.granule_bytes = options.granularity;
+  make.include_persistent = options.include_persistent;
   make.source = "self-plan";
   LOOM_ASSIGN_OR_RETURN(plan::MadePlan made, plan::MakePlan(trace, make));
   SelfPlan out;
-  LOOM_ASSIGN_OR_RETURN(
-      out.runtime,
-      vmm::ToRuntimePlan(made.file, "self-plan", options.granularity));
+  LOOM_ASSIGN_OR_RETURN(out.runtime, vmm::ToRuntimePlan(made.file, "self-plan",
+                                                        options.granularity));
   out.instance = std::move(made.instance);
   out.result = std::move(made.result);
   out.note = std::move(made.note);

@@ -17,6 +17,10 @@ struct SelfPlanOptions {
   plan::PlanScope scope = plan::PlanScope::kAuto;
   double time_limit_seconds = 10;
   uint64_t granularity = uint64_t{2} << 20;  // the device's
+  // Plan the buffers that live the whole period too (weights, optimizer
+  // state). Auto mode does not: what it recorded before its switch stays
+  // live in the dynamic space (torch_plugin/loom/session.py).
+  bool include_persistent = true;
 };
 
 struct SelfPlan {

@@ -1,0 +1,114 @@
+// Auto mode's switch: a plan installed mid-run (LoadPlan at an iteration
+// boundary) while what the unplanned iterations allocated for good
+// (weights, optimizer state) stays live in the arena. The physical memory
+// those allocations hold after the switch is bounded by the arena's chunk
+// size (LendingPolicy::kMaxNewChunkBytes): a chunk with a live page cannot
+// go back, whole-handle mapping being all CUDA allows.
+#include <gtest/gtest.h>
+
+#include "vmm/allocator.h"
+#include "vmm/fake_driver.h"
+#include "vmm/lending_policy.h"
+
+namespace loom::vmm {
+namespace {
+
+constexpr uint64_t kG = uint64_t{2} << 20;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+// Granules of the largest new arena chunk.
+constexpr uint64_t kChunk = LendingPolicy::kMaxNewChunkBytes / kG;
+
+std::unique_ptr<FakeDriver> Fake() {
+  FakeDriverOptions options;
+  options.granularity = kG;
+  options.capacity_per_device = uint64_t{64} << 30;
+  return std::make_unique<FakeDriver>(options);
+}
+
+std::unique_ptr<Allocator> Make(Driver& driver) {
+  AllocatorOptions options;
+  options.arena_va_bytes = uint64_t{16} << 30;
+  return std::move(Allocator::Create(driver, options)).value();
+}
+
+TEST(AllocatorSwitchTest, ANewArenaChunkIsAtMostTheCap) {
+  auto d = Fake();
+  auto a = Make(*d);
+  const uint64_t size = 256 * kMiB;  // 128 granules
+  StatusOr<DevicePtr> p = a->Allocate(size, 0);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(d->calls(DriverOp::kCreate), 128 / kChunk);
+  EXPECT_EQ(d->calls(DriverOp::kMap), 128 / kChunk);
+  EXPECT_EQ(d->calls(DriverOp::kSetAccess), 1u);  // one for all of them
+  ASSERT_TRUE(a->Free(*p).ok());
+  // Repeating makes no call: the mappings are kept.
+  const uint64_t calls = d->calls(DriverOp::kCreate) + d->calls(DriverOp::kMap);
+  p = a->Allocate(size, 0);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(d->calls(DriverOp::kCreate) + d->calls(DriverOp::kMap), calls);
+  ASSERT_TRUE(a->Free(*p).ok());
+  a->CheckInvariants();
+}
+
+// A training loop in miniature, as auto mode serves it: a weight made in
+// the set-up, an activation A of 128 granules per iteration and an
+// optimizer state S of 1 MiB made in iteration 0 right after A's free, in
+// A's memory, where it lives for good. Iterations 0-2 run without a plan;
+// the plan of A (128 granules) is installed before iteration 3.
+TEST(AllocatorSwitchTest, ThePlanNeedsNoMoreThanTheCapBeyondTheArenasPeak) {
+  auto d = Fake();
+  auto a = Make(*d);
+  const uint64_t act = 256 * kMiB;
+  StatusOr<DevicePtr> weight = a->Allocate(8 * kMiB, 0);
+  ASSERT_TRUE(weight.ok());
+  StatusOr<DevicePtr> state = DevicePtr{0};
+  for (uint64_t it = 0; it < 3; ++it) {
+    a->IterationBegin(it);
+    StatusOr<DevicePtr> p = a->Allocate(act, 0);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE(a->Free(*p).ok());
+    if (it == 0) {
+      state = a->Allocate(kMiB, 0);
+      ASSERT_TRUE(state.ok());
+    }
+    a->IterationEnd(it);
+  }
+  // The unplanned peak: the weight, the state's granule and A beside it.
+  const uint64_t unplanned = a->stats().reserved_bytes.peak;
+  EXPECT_EQ(unplanned, (4 + 1 + 128) * kG);
+
+  RuntimePlan plan;
+  plan.period = 2;
+  plan.iteration.push_back({act, 0, 0, 1});
+  plan.region_bytes = act;
+  ASSERT_TRUE(a->LoadPlan(plan).ok());
+  for (uint64_t it = 3; it < 6; ++it) {
+    a->IterationBegin(it);
+    StatusOr<DevicePtr> p = a->Allocate(act, 0);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE(a->Free(*p).ok());
+    a->IterationEnd(it);
+  }
+  const AllocatorStats s = a->stats();
+  EXPECT_EQ(s.plan_hits, 3u);
+  EXPECT_EQ(s.plan_misses, 0u);
+  // What the state pins: its chunk, whose other granules nothing uses now.
+  const MemoryBreakdown b = a->Breakdown();
+  EXPECT_EQ(b.arena_live, 4 * kG + kG);
+  EXPECT_EQ(b.arena_idle_pinned, (kChunk - 1) * kG);
+  EXPECT_LT(b.arena_idle_pinned, 16 * kMiB);
+  EXPECT_EQ(b.static_idle, 128 * kG);
+  // The bound: the larger of the unplanned peak and what the planned
+  // iterations hold (the live arena granules and the region), plus less
+  // than 16 MiB (the idle rest of the one arena chunk a live allocation
+  // keeps). Chunks as large as their request kept A's 256 MiB.
+  const uint64_t planned_need = b.arena_live + plan.region_bytes;
+  EXPECT_LT(s.reserved_bytes.peak,
+            std::max(unplanned, planned_need) + 16 * kMiB);
+  a->CheckInvariants();
+  ASSERT_TRUE(a->Free(*state).ok());
+  ASSERT_TRUE(a->Free(*weight).ok());
+}
+
+}  // namespace
+}  // namespace loom::vmm

@@ -1,0 +1,146 @@
+#include "whatif/workloads/repeat.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+namespace loom::whatif {
+
+StatusOr<RepeatedTrace> RepeatSteadyIteration(const plan::Trace& trace,
+                                              const RepeatOptions& options) {
+  if (options.keep < 1 || options.copies < 0) {
+    return InvalidArgumentError(
+        "repeating a trace: keep {} iterations (>= 1), {} copies (>= 0)",
+        options.keep, options.copies);
+  }
+  const uint64_t copied = static_cast<uint64_t>(options.keep - 1);
+  const size_t n = trace.events.size();
+  size_t start = n, cut = n;
+  bool ended = false;
+  for (size_t t = 0; t < n; ++t) {
+    const plan::Event& e = trace.events[t];
+    if (e.kind == plan::EventKind::kIterationBegin) {
+      if (e.id == copied && start == n) start = t;
+      if (e.id == copied + 1 && start != n) {
+        cut = t;
+        break;
+      }
+    } else if (e.kind == plan::EventKind::kIterationEnd && e.id == copied &&
+               start != n) {
+      ended = true;
+    }
+  }
+  if (start == n) {
+    return InvalidArgumentError(
+        "repeating a trace: no begin marker of iteration {} (keep {} "
+        "iterations: iteration {} is copied)",
+        copied, options.keep, copied);
+  }
+  if (cut == n && !ended) {
+    return InvalidArgumentError(
+        "repeating a trace: iteration {} is not complete in it", copied);
+  }
+
+  RepeatedTrace out;
+  out.trace.header = trace.header;
+  out.trace.names = trace.names;
+  out.kept_events = cut;
+  out.template_events = cut - start;
+  out.trace.events.assign(trace.events.begin(), trace.events.begin() + cut);
+
+  // Where and how large each request of the kept part is.
+  struct Request {
+    size_t alloc = 0;
+    uint64_t size = 0;
+    bool freed = false;
+  };
+  std::unordered_map<uint64_t, Request> requests;
+  uint64_t next_id = 1;
+  for (size_t t = 0; t < cut; ++t) {
+    const plan::Event& e = trace.events[t];
+    if (e.kind == plan::EventKind::kAlloc) {
+      requests[e.id] = Request{t, e.size, false};
+      next_id = std::max(next_id, e.id + 1);
+    } else if (e.kind == plan::EventKind::kFree) {
+      auto it = requests.find(e.id);
+      if (it != requests.end()) it->second.freed = true;
+    }
+  }
+  // Outgoing: made in the template and not freed by the cut, per size in
+  // allocation order. Incoming: freed in the template, made before it.
+  std::map<uint64_t, std::deque<uint64_t>> outgoing;  // size -> ids
+  std::vector<uint64_t> incoming;                     // ids
+  for (size_t t = start; t < cut; ++t) {
+    const plan::Event& e = trace.events[t];
+    if (e.kind == plan::EventKind::kAlloc && !requests[e.id].freed) {
+      outgoing[e.size].push_back(e.id);
+    } else if (e.kind == plan::EventKind::kFree) {
+      auto it = requests.find(e.id);
+      if (it != requests.end() && it->second.alloc < start) {
+        incoming.push_back(e.id);
+      }
+    }
+  }
+  std::sort(incoming.begin(), incoming.end(), [&](uint64_t a, uint64_t b) {
+    return requests[a].alloc < requests[b].alloc;
+  });
+  // incoming id -> the outgoing template request its free frees.
+  std::unordered_map<uint64_t, uint64_t> carried;
+  for (uint64_t id : incoming) {
+    auto it = outgoing.find(requests[id].size);
+    if (it == outgoing.end() || it->second.empty()) {
+      ++out.dropped_frees;
+      continue;
+    }
+    carried[id] = it->second.front();
+    it->second.pop_front();
+    ++out.carried_frees;
+  }
+  for (const auto& [size, ids] : outgoing) out.lasting_allocs += ids.size();
+
+  // The copies. previous[template id] = the id it had in the copy before
+  // (the template's own ids for the first copy).
+  std::unordered_map<uint64_t, uint64_t> previous, current;
+  for (size_t t = start; t < cut; ++t) {
+    const plan::Event& e = trace.events[t];
+    if (e.kind == plan::EventKind::kAlloc) previous[e.id] = e.id;
+  }
+  out.trace.events.reserve(cut + static_cast<size_t>(options.copies) *
+                                     out.template_events);
+  for (int64_t c = 0; c < options.copies; ++c) {
+    current.clear();
+    const uint64_t number = static_cast<uint64_t>(options.keep + c);
+    for (size_t t = start; t < cut; ++t) {
+      plan::Event e = trace.events[t];
+      switch (e.kind) {
+        case plan::EventKind::kAlloc:
+          current[e.id] = next_id;
+          e.id = next_id++;
+          break;
+        case plan::EventKind::kFree: {
+          if (auto own = current.find(e.id); own != current.end()) {
+            e.id = own->second;
+            break;
+          }
+          auto carry = carried.find(e.id);
+          if (carry == carried.end()) continue;  // dropped
+          e.id = previous.at(carry->second);
+          break;
+        }
+        case plan::EventKind::kIterationBegin:
+        case plan::EventKind::kIterationEnd:
+          e.id = number;
+          break;
+        default:
+          break;
+      }
+      out.trace.events.push_back(e);
+    }
+    previous.swap(current);
+  }
+  return out;
+}
+
+}  // namespace loom::whatif

@@ -1,0 +1,115 @@
+#include "whatif/workloads/repeat.h"
+
+#include <gtest/gtest.h>
+
+#include "whatif/workloads/load.h"
+
+namespace loom::whatif {
+namespace {
+
+using plan::Event;
+using plan::EventKind;
+
+// A head (a weight), then iterations 0..2: an activation freed in the same
+// iteration and a gradient freed by the next iteration's zero_grad; the
+// optimizer state is made in iteration 0 and lives on.
+plan::Trace Training() {
+  plan::Trace t;
+  uint64_t id = 1;
+  t.events.push_back(Event::Alloc(id++, 4096));  // weight (1)
+  uint64_t grad = 0;
+  for (uint64_t it = 0; it < 3; ++it) {
+    t.events.push_back(Event::IterationBegin(it));
+    if (grad != 0) t.events.push_back(Event::Free(grad));
+    const uint64_t act = id++;
+    t.events.push_back(Event::Alloc(act, 1 << 20));
+    grad = id++;
+    t.events.push_back(Event::Alloc(grad, 4096));
+    t.events.push_back(Event::Free(act));
+    if (it == 0) t.events.push_back(Event::Alloc(id++, 8192));  // state
+    t.events.push_back(Event::IterationEnd(it));
+  }
+  return t;
+}
+
+TEST(RepeatTest, CopiesTheLastKeptIterationWithItsCarriedFrees) {
+  const plan::Trace trace = Training();
+  StatusOr<RepeatedTrace> out =
+      RepeatSteadyIteration(trace, RepeatOptions{3, 2});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(plan::ValidateTrace(out->trace).ok());
+  EXPECT_EQ(out->kept_events, trace.events.size());
+  EXPECT_EQ(out->template_events, 6u);  // begin, free, 2 allocs, free, end
+  EXPECT_EQ(out->carried_frees, 1u);
+  EXPECT_EQ(out->dropped_frees, 0u);
+  EXPECT_EQ(out->lasting_allocs, 0u);
+  ASSERT_EQ(out->trace.events.size(), trace.events.size() + 12);
+  // The first copy frees the template's gradient, the second the first
+  // copy's.
+  const auto& e = out->trace.events;
+  const size_t first = trace.events.size();
+  const uint64_t template_grad = trace.events[first - 3].id;
+  EXPECT_EQ(e[first].kind, EventKind::kIterationBegin);
+  EXPECT_EQ(e[first].id, 3u);
+  EXPECT_EQ(e[first + 1].kind, EventKind::kFree);
+  EXPECT_EQ(e[first + 1].id, template_grad);
+  const uint64_t copy_grad = e[first + 3].id;
+  EXPECT_EQ(e[first + 3].size, 4096u);
+  EXPECT_EQ(e[first + 7].id, copy_grad);  // freed by the second copy
+  EXPECT_EQ(e[first + 11].kind, EventKind::kIterationEnd);
+  EXPECT_EQ(e[first + 11].id, 4u);
+}
+
+TEST(RepeatTest, KeepsOnlyTheIterationsAsked) {
+  const plan::Trace trace = Training();
+  StatusOr<RepeatedTrace> out =
+      RepeatSteadyIteration(trace, RepeatOptions{2, 1});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(plan::ValidateTrace(out->trace).ok());
+  // Iteration 1 is copied in place of iteration 2: the same events.
+  EXPECT_EQ(out->trace.events.size(), trace.events.size());
+  for (size_t t = 0; t < trace.events.size(); ++t) {
+    EXPECT_EQ(out->trace.events[t].kind, trace.events[t].kind) << t;
+    EXPECT_EQ(out->trace.events[t].size, trace.events[t].size) << t;
+  }
+}
+
+TEST(RepeatTest, AFreeWithoutCounterpartIsLeftOutAndALastingAllocStays) {
+  plan::Trace t;
+  t.events.push_back(Event::Alloc(1, 100));  // freed once, in iteration 0
+  t.events.push_back(Event::IterationBegin(0));
+  t.events.push_back(Event::Free(1));
+  t.events.push_back(Event::Alloc(2, 300));  // never freed
+  t.events.push_back(Event::IterationEnd(0));
+  StatusOr<RepeatedTrace> out = RepeatSteadyIteration(t, RepeatOptions{1, 3});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(plan::ValidateTrace(out->trace).ok());
+  EXPECT_EQ(out->dropped_frees, 1u);
+  EXPECT_EQ(out->lasting_allocs, 1u);
+  EXPECT_EQ(out->trace.events.size(), t.events.size() + 3 * 3);
+}
+
+TEST(RepeatTest, Errors) {
+  const plan::Trace trace = Training();
+  EXPECT_FALSE(RepeatSteadyIteration(trace, RepeatOptions{0, 1}).ok());
+  EXPECT_FALSE(RepeatSteadyIteration(trace, RepeatOptions{1, -1}).ok());
+  // No iteration 4 to copy.
+  EXPECT_FALSE(RepeatSteadyIteration(trace, RepeatOptions{5, 1}).ok());
+  // Iteration 2 is not complete without its end marker.
+  plan::Trace open = trace;
+  open.events.pop_back();
+  EXPECT_FALSE(RepeatSteadyIteration(open, RepeatOptions{3, 1}).ok());
+}
+
+TEST(RepeatTest, ABuiltinWorkloadRepeatsIntoAValidTrace) {
+  StatusOr<Workload> w = LoadWorkload("builtin:dense");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  StatusOr<RepeatedTrace> out =
+      RepeatSteadyIteration(w->trace, RepeatOptions{2, 4});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(plan::ValidateTrace(out->trace).ok());
+  EXPECT_EQ(out->dropped_frees, 0u);
+}
+
+}  // namespace
+}  // namespace loom::whatif
