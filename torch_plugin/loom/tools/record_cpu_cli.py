@@ -10,7 +10,9 @@ recorded as a loom trace (loom.tools.record_cpu, loom.tools.cpu_models).
                   [--seed N] [--device cpu|cuda] -o out.ltb|out.ltt
 
 Prints one line: the file, requests, iterations, requests per iteration,
-peak live bytes, seconds. Exit status 2 for bad arguments (an unknown model
+peak live bytes, seconds. Needs PyTorch and transformers (the wheel's
+`record` extra): without them, one line says which is missing and how to
+get it (exit status 1). Exit status 2 for bad arguments (an unknown model
 type, a --set key the config lacks, ...), 1 when the step or the writing
 fails; the message is one line, without a traceback.
 
@@ -26,6 +28,7 @@ import sys
 import tempfile
 import time
 
+from loom import _extras
 from loom.errors import LoomError
 from loom.tools import cpu_models
 from loom.tools import trace as loom_trace
@@ -199,12 +202,25 @@ def main(argv):
     argv = list(argv)
     try:
         args = parser().parse_args(argv)
+        if missing_recorder(PROG):
+            return 1
         spec = spec_from_args(args)
         if args.device == "cuda":
             return _record_cuda(args, spec, argv)
         return _record_cpu(args, spec, argv)
     except FAILURES as error:
         return failure_status(PROG, error)
+
+
+def missing_recorder(prog):
+    """0 when PyTorch and transformers import here; else prints the one line
+    that says which are missing and how to get them, and returns 1."""
+    missing = _extras.missing(("torch", "transformers"))
+    if not missing:
+        return 0
+    print(_extras.message(prog, "recording a model", missing),
+          file=sys.stderr)
+    return 1
 
 
 # What a recording command reports as one line (failure_status), not a
