@@ -1,6 +1,8 @@
 """`loom import`, `loom export-snapshot` and the snapshot hook for
 subcommands forwarded to loom_tool (exercised with a stand-in tool)."""
 
+import io
+import json
 import os
 import pickle
 import stat
@@ -28,7 +30,7 @@ def test_import_help(capsys):
     assert cli.main(["import", "--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: loom import [-h] -o OUTPUT [--device "
-                          "DEVICE] snapshot")
+                          "DEVICE] [--json] snapshot")
 
 
 def test_import_writes_the_trace(snap, tmp_path, capsys):
@@ -42,6 +44,20 @@ def test_import_writes_the_trace(snap, tmp_path, capsys):
         f"alloc 5, free_completed 4, free_requested 2, mystery 1, oom 1, "
         f"segment_alloc 1, snapshot 1\n")
     assert captured.err == ""
+
+
+def test_import_json_is_the_summary(snap, tmp_path, capsys):
+    out = tmp_path / "a.ltb"
+    assert cli.main(["import", str(snap), "-o", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {
+        "output": str(out), "device": 0, "allocs": 8, "frees": 4,
+        "preexisting_freed": 2, "preexisting_live": 1, "peak_live_bytes": 496,
+        "snapshot_entries": {"alloc": 5, "free_completed": 4,
+                             "free_requested": 2, "mystery": 1, "oom": 1,
+                             "segment_alloc": 1, "snapshot": 1},
+        "warnings": []}
+    assert loom_trace.read_trace(out).device == 0
 
 
 def test_import_device_option(snap, tmp_path):
@@ -98,6 +114,11 @@ def test_export_snapshot_with_offsets(tmp_path, capsys):
     assert [(e["action"], e["addr"]) for e in exported["device_traces"][0]] \
         == [("segment_alloc", 0), ("alloc", 0), ("alloc", 128),
             ("free_requested", 0), ("free_completed", 0)]
+    assert cli.main(["export-snapshot", str(trace), "-o", str(out),
+                     "--offsets", str(plan), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "output": str(out), "trace_entries": 5, "segments": 1,
+        "segment_bytes": 2097152}
     assert cli.main(["export-snapshot", str(trace), "-o", str(out),
                      "--segments", "map", "--granularity", "4096"]) == 0
     exported = pickle.loads(out.read_bytes())
