@@ -97,3 +97,47 @@ def test_import_json_is_the_summary(run, tmp_path):
     assert summary["output"] == "gpt2.ltb"
     assert summary["allocs"] == 2609
     assert (tmp_path / "gpt2.ltb").exists()
+
+
+# ------------------------------------------------ numbers that must agree
+
+
+def _iterations_line(text):
+    return next(line for line in text.splitlines()
+                if " events, " in line and " allocations, " in line)
+
+
+def test_compare_counts_iterations_as_analyze_does(run):
+    """GPT-2's snapshot has no markers: analyze detects 13 iterations, and
+    compare (and so the demo) says the same, and how it knows."""
+    analysis = json.loads(run("analyze", GPT2, "--json").stdout)
+    assert analysis["iterations"] == 13
+    assert analysis["iteration_source"] == "period"
+    table = run("compare", GPT2, "--loom-time-limit", "1").stdout
+    assert ", 13 iterations detected (no markers), " in \
+        _iterations_line(table)
+    marked = run("compare", "builtin:moe", "--loom-time-limit", "1").stdout
+    assert ", 4 iterations, " in _iterations_line(marked)
+    csv = _paths.REPO_ROOT / "bench" / "data" / "minimalloc" / "examples" / \
+        "input.12.csv"
+    whole = run("compare", csv, "--loom-time-limit", "1").stdout
+    assert ", 1 iteration (no markers, no repetition: the whole trace), " in \
+        _iterations_line(whole)
+
+
+def test_commands_on_a_pickle_name_the_user_s_file(run):
+    snapshot = _paths.REPO_ROOT / "bench" / "data" / "pytorch_snapshots" / \
+        "raw" / "bcrafton_gpt2small_ctx64_b1_train_step.pickle"
+    table = run("compare", snapshot, "--loom-time-limit", "1")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.startswith(f"input: {snapshot}\n")
+    assert "loom-snapshot-" not in table.stdout + table.stderr
+    replay = json.loads(run("replay", snapshot, "--json").stdout)
+    assert replay["input"] == str(snapshot)
+    planned = run("plan", snapshot, "-o", "s.lplan", "--time-limit", "1",
+                  "--json")
+    assert planned.returncode == 0, planned.stderr
+    assert json.loads(planned.stdout)["input"] == str(snapshot)
+    # The plan file itself records the snapshot as its source.
+    shown = json.loads(run("plan", "s.lplan", "--json").stdout)
+    assert shown["source"] == str(snapshot)

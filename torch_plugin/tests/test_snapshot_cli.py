@@ -14,6 +14,7 @@ import pytest
 
 import snapshot_factory as sf
 from loom.tools import cli
+from loom.tools import forward
 from loom.tools import snapshot_cli
 from loom.tools import trace as loom_trace
 from test_snapshot_import import EXPECTED_TEXT, _scenario
@@ -220,11 +221,36 @@ def fake_tool(tmp_path, monkeypatch):
 
 
 def test_forwarded_subcommand_gets_a_trace(snap, fake_tool, capfd):
-    assert cli.main(["analyze", str(snap), "--json"]) == 0
+    """The tool reads a temporary trace (its first line is a trace's); what
+    it prints names the snapshot as the user gave it, not the temporary
+    file (deleted when the command ends)."""
+    assert cli.main(["analyze", str(snap)]) == 0
     lines = capfd.readouterr().out.splitlines()
-    assert lines[0] == "arg analyze"
-    assert lines[1].startswith("arg ") and lines[1].endswith("/a.ltt")
+    assert lines == ["arg analyze", f"arg {snap}", "head loom-trace 1"]
+
+
+def test_forwarded_output_names_the_user_s_path_in_json_too(tmp_path,
+                                                            fake_tool, capfd):
+    odd = tmp_path / 'a "quoted" \\ name.pickle'
+    sf.write(odd, _scenario())
+    assert cli.main(["analyze", str(odd), "--json"]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    assert lines[1] == "arg " + json.dumps(str(odd))[1:-1]
     assert lines[2:] == ["head loom-trace 1", "arg --json"]
+
+
+def test_the_relay_replaces_paths_split_across_reads():
+    class Pipe:  # pylint: disable=too-few-public-methods
+        def __init__(self, chunks):
+            self.chunks = list(chunks)
+
+        def read1(self, _):
+            return self.chunks.pop(0) if self.chunks else b""
+
+    out = io.StringIO()
+    forward._relay(Pipe([b"input: /tmp/x/a", b".ltt and /tm", b"p/x/a.ltt\n",
+                         b"done /tmp"]), out, [(b"/tmp/x/a.ltt", b"a.pickle")])
+    assert out.getvalue() == "input: a.pickle and a.pickle\ndone /tmp"
 
 
 def test_forwarded_subcommand_errors(tmp_path, fake_tool, capfd):

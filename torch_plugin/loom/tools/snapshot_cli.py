@@ -80,11 +80,21 @@ def split_snapshot_args(args):
     return rest, device, candidates
 
 
+class ConvertedArgs(list):
+    """The arguments with snapshots replaced; `.originals` maps each
+    temporary trace's path to the snapshot path the user gave (for output
+    that names the input: loom.tools.forward prints the user's path)."""
+
+    def __init__(self, args, originals=None):
+        super().__init__(args)
+        self.originals = dict(originals or {})
+
+
 @contextlib.contextmanager
 def converted_snapshot_args(args):
-    """Yields `args` with each snapshot pickle argument replaced by a
-    temporary loom text trace (removed on exit). Raises UsageError or
-    ConversionError (one line, naming the file)."""
+    """Yields `args` (a ConvertedArgs) with each snapshot pickle argument
+    replaced by a temporary loom text trace (removed on exit). Raises
+    UsageError or ConversionError (one line, naming the file)."""
     rest, device, candidates = split_snapshot_args(args)
     snapshots = [i for i in candidates if os.path.isfile(rest[i]) and
                  is_snapshot_file(rest[i])]
@@ -92,10 +102,10 @@ def converted_snapshot_args(args):
         if device is not None:
             raise UsageError(f"{DEVICE_OPTION} given, but no argument is a "
                              f"PyTorch memory snapshot")
-        yield rest
+        yield ConvertedArgs(rest)
         return
     with tempfile.TemporaryDirectory(prefix="loom-snapshot-") as tmp:
-        used = set()
+        used, originals = set(), {}
         for i in snapshots:
             stem = os.path.splitext(os.path.basename(rest[i]))[0] or "snapshot"
             name, n = stem, 1
@@ -112,8 +122,9 @@ def converted_snapshot_args(args):
             except OSError as error:
                 raise ConversionError(f"{out}: cannot write: "
                                       f"{error.strerror}") from None
+            originals[out] = rest[i]
             rest[i] = out
-        yield rest
+        yield ConvertedArgs(rest, originals)
 
 
 def _parser(prog, description):
