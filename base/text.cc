@@ -1,5 +1,7 @@
 #include "base/text.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 namespace loom {
@@ -38,6 +40,11 @@ std::string TagName(uint32_t tag) {
     out += (c >= 0x20 && c < 0x7f) ? c : '?';
   }
   return out;
+}
+
+std::string OsErrorText(int error) {
+  return error == 0 ? std::string("the system gave no reason")
+                    : std::string(std::strerror(error));
 }
 
 std::string FormatBytes(uint64_t bytes) {

@@ -25,6 +25,11 @@ std::string TagName(uint32_t tag);
 // "512 B", "1.50 KiB", "34.00 MiB", "5.00 GiB" (binary units up to PiB).
 std::string FormatBytes(uint64_t bytes);
 
+// The operating system's reason for a failed file operation, from an errno
+// value: strerror's text ("No such file or directory"), or "the system gave
+// no reason" for 0. Callers set errno to 0 before the operation.
+std::string OsErrorText(int error);
+
 }  // namespace loom
 
 #endif  // LOOM_BASE_TEXT_H_

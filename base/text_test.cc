@@ -1,5 +1,7 @@
 #include "base/text.h"
 
+#include <cerrno>
+
 #include <gtest/gtest.h>
 
 namespace loom {
@@ -24,6 +26,11 @@ TEST(TextTest, FormatBytes) {
   EXPECT_EQ(FormatBytes(512), "512 B");
   EXPECT_EQ(FormatBytes(1536), "1.50 KiB");
   EXPECT_EQ(FormatBytes(uint64_t{5} << 30), "5.00 GiB");
+}
+
+TEST(TextTest, OsErrorText) {
+  EXPECT_EQ(OsErrorText(ENOENT), "No such file or directory");
+  EXPECT_EQ(OsErrorText(0), "the system gave no reason");
 }
 
 }  // namespace

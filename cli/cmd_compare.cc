@@ -12,6 +12,7 @@
 
 #include "base/flags.h"
 #include "cli/commands.h"
+#include "plan/analysis/workload.h"
 #include "whatif/compare/compare.h"
 #include "whatif/loom/loom_factory.h"
 #include "whatif/loom/plan_source.h"
@@ -254,6 +255,14 @@ int RunCompare(const Args& args) {
   }
   if (perturbed)
     comparison->perturbation = whatif::FormatPerturbOptions(perturb);
+  // A trace without markers: its iterations as `loom analyze` finds them,
+  // so that both commands give one count.
+  if (comparison->summary.iterations == 0) {
+    const plan::Workload analysed = plan::BuildWorkload(workload->trace);
+    if (analysed.iteration_source == plan::IterationSource::kPeriod) {
+      comparison->summary.detected_iterations = analysed.iterations.size();
+    }
+  }
   if (!series.empty()) {
     std::ofstream out(series);
     out << whatif::FormatSeriesCsv(*comparison);

@@ -20,7 +20,8 @@ int RunInfo(const Args& args) {
                    "Shows the driver backend, its devices, their allocation "
                    "granularity and total/free memory.\nWith --backend=auto "
                    "(the default) the CUDA driver is used if present, else the "
-                   "host backend.");
+                   "host backend, which simulates a device (its memory is "
+                   "--capacity's) and says so.");
   flags.AddString("backend", &backend, "auto, cuda, host or fake");
   flags.AddSize("granularity", &granularity,
                 "host/fake: granularity (default 2MiB)");
@@ -66,6 +67,9 @@ int RunInfo(const Args& args) {
     }
     props.push_back(*p);
   }
+  // host and fake stand in for a GPU: their devices and memory sizes are
+  // the options' (--devices, --capacity), not a real device's.
+  const bool simulated = d.name() != "cuda";
   int driver_version = 0;
   if (d.name() == "cuda") {
     driver_version = static_cast<vmm::CudaDriver&>(d).driver_version();
@@ -75,6 +79,7 @@ int RunInfo(const Args& args) {
     JsonWriter w(2);
     w.BeginObject();
     w.Key("backend").String(d.name());
+    w.Key("simulated").Bool(simulated);
     if (driver_version != 0) w.Key("driver_version").Int(driver_version);
     if (!note.empty()) w.Key("note").String(note);
     w.Key("granularity").Uint(props.empty() ? 0 : props[0].granularity_minimum);
@@ -102,13 +107,17 @@ int RunInfo(const Args& args) {
     std::printf(" (driver %d.%d)", driver_version / 1000,
                 driver_version % 1000 / 10);
   }
+  if (simulated) {
+    std::printf(" (simulated: no GPU; the devices and their memory are "
+                "--devices and --capacity, default 1 x 80 GiB)");
+  }
   std::printf("\ndevices: %d\n", *count);
   for (const vmm::DeviceProperties& p : props) {
     std::printf(
-        "  [%d] %s\n      memory: %s total, %s free\n"
+        "  [%d] %s\n      memory: %s total, %s free%s\n"
         "      granularity: %s minimum, %s recommended\n",
         p.ordinal, p.name.c_str(), FormatBytes(p.total_bytes).c_str(),
-        FormatBytes(p.free_bytes).c_str(),
+        FormatBytes(p.free_bytes).c_str(), simulated ? " (simulated)" : "",
         FormatBytes(p.granularity_minimum).c_str(),
         FormatBytes(p.granularity_recommended).c_str());
   }

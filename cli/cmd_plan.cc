@@ -97,6 +97,7 @@ int RunPlan(const Args& raw_args) {
   int64_t period = 0, seed = 1, show_buffers = 20;
   bool json = false, minimize = true, dump = false, persistent = true;
   std::string scope = "auto";
+  std::string source;
   int64_t steady_iteration = -1;
   FlagParser flags(
       "plan", "<instance.csv | plan> [options]",
@@ -146,6 +147,10 @@ int RunPlan(const Args& raw_args) {
   flags.AddBool("persistent", &persistent,
                 "traces: plan tensors allocated before the steady state that "
                 "stay live (default on; off when they already live elsewhere)");
+  flags.AddString("source", &source,
+                  "the input's name recorded in the plan file (default: the "
+                  "input as given; the front end passes a snapshot's path "
+                  "for the temporary trace it plans)");
   if (std::optional<int> exit = flags.Parse(args)) return *exit;
   auto fail = [](const Status& status) {
     std::fprintf(stderr, "loom plan: %s\n", status.message().c_str());
@@ -188,12 +193,13 @@ int RunPlan(const Args& raw_args) {
   options.period = period;
   options.seed = static_cast<uint64_t>(seed);
   options.progress = true;
+  options.source = source;
   // A builtin workload is generated; files are read by plan/'s entry point.
   StatusOr<plan::MadePlan> made = plan::MadePlan{};
   if (input.starts_with("builtin:")) {
     StatusOr<whatif::Workload> workload = whatif::LoadWorkload(input);
     if (!workload.ok()) return fail(workload.status());
-    options.source = input;
+    if (options.source.empty()) options.source = input;
     made = plan::MakePlan(workload->trace, options);
   } else {
     made = plan::MakePlanFromFile(input, options);

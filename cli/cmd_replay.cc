@@ -207,6 +207,16 @@ int RunReplay(const Args& args) {
       planned_requests == 0
           ? 0.0
           : static_cast<double>(stats.plan_hits) / planned_requests;
+  // A plan file none of whose requests came: most likely another workload's
+  // plan. The replay itself is valid (what the plan did not foresee is
+  // served outside it), so only a warning, and exit status 0.
+  if (!plan_path.empty() && result->allocs > 0 && stats.plan_hits == 0) {
+    std::fprintf(stderr,
+                 "loom replay: warning: no request matched the plan (hit "
+                 "rate 0.00%%): was %s planned for another workload? (to "
+                 "plan this trace: loom plan %s -o PLAN)\n",
+                 plan_path.c_str(), input.c_str());
+  }
   if (json) {
     JsonWriter w(2);
     w.BeginObject();

@@ -46,6 +46,16 @@ Status SameCsvBuffers(const plan::Instance& csv, const plan::Instance& inst) {
   return OkStatus();
 }
 
+// True when `path` starts with a plan file's magic (false if unreadable).
+bool IsPlanFile(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  char magic[8] = {};
+  const size_t got = file ? std::fread(magic, 1, sizeof(magic), file) : 0;
+  if (file) std::fclose(file);
+  return got == sizeof(magic) &&
+         plan::LooksLikePlanFile(std::string_view(magic, sizeof(magic)));
+}
+
 }  // namespace
 
 int RunVerify(const Args& args) {
@@ -54,14 +64,15 @@ int RunVerify(const Args& args) {
   int64_t period = 0;
   bool json = false;
   FlagParser flags(
-      "verify", "<plan | offsets.csv> <instance.csv> [options]",
+      "verify", "<plan | offsets.csv> <trace | instance.csv> [options]",
       "Checks offsets against an instance with the independent verifier: "
       "every buffer placed, aligned, inside the capacity (or the plan's "
       "region), and no two buffers with intersecting lifetimes (cyclic when "
       "the plan or --period says so) sharing a byte. Exit 0 valid, 1 invalid.");
   flags.AddPositional("solution", &solution_path,
                       "plan file, or CSV with an offset column");
-  flags.AddPositional("instance", &instance_path, "the instance (CSV)");
+  flags.AddPositional("instance", &instance_path,
+                      "the trace or instance (CSV) planned");
   flags.AddBool("json", &json, "print JSON instead of text");
   flags.AddSize("capacity", &capacity,
                 "bytes every buffer must fit in (default: the plan's region)");
@@ -74,6 +85,16 @@ int RunVerify(const Args& args) {
     std::fprintf(stderr, "loom verify: %s\n", status.message().c_str());
     return 1;
   };
+  // The plan comes first: name the right order when it came second.
+  const bool solution_is_plan = IsPlanFile(solution_path);
+  if (!solution_is_plan && IsPlanFile(instance_path)) {
+    std::fprintf(stderr,
+                 "loom verify: %s is a plan file and %s is not: the plan "
+                 "comes first (loom verify %s %s)\n",
+                 instance_path.c_str(), solution_path.c_str(),
+                 instance_path.c_str(), solution_path.c_str());
+    return 2;
+  }
 
   StatusOr<plan::InstanceInput> loaded = plan::ReadInstanceInput(instance_path);
   if (!loaded.ok()) return fail(loaded.status());
@@ -81,12 +102,7 @@ int RunVerify(const Args& args) {
   instance.period = period;
 
   Checked checked;
-  std::FILE* file = std::fopen(solution_path.c_str(), "rb");
-  char magic[8] = {};
-  const size_t got = file ? std::fread(magic, 1, sizeof(magic), file) : 0;
-  if (file) std::fclose(file);
-  if (got == sizeof(magic) &&
-      plan::LooksLikePlanFile(std::string_view(magic, sizeof(magic)))) {
+  if (solution_is_plan) {
     StatusOr<plan::PlanFile> plan = plan::ReadPlanFile(solution_path);
     if (!plan.ok()) return fail(plan.status());
     checked.kind = "plan";

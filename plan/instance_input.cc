@@ -1,8 +1,10 @@
 #include "plan/instance_input.h"
 
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 
+#include "base/text.h"
 #include "plan/solver/minimalloc_csv.h"
 #include "plan/trace/trace_binary.h"
 #include "plan/trace/trace_io.h"
@@ -32,8 +34,11 @@ bool LooksLikeTextTrace(std::string_view bytes) {
 
 StatusOr<InstanceInput> ReadInstanceInput(const std::string& path,
                                           const InstanceInputOptions& options) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("{}: cannot open file", path);
+  if (!in) {
+    return NotFoundError("{}: cannot open file: {}", path, OsErrorText(errno));
+  }
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return DataLossError("{}: read error", path);

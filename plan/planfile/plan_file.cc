@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -531,8 +532,12 @@ StatusOr<PlanFile> DecodePlanFile(std::string_view bytes,
 
 Status WritePlanFile(const std::string& path, const PlanFile& plan) {
   const std::string bytes = EncodePlanFile(plan);
+  errno = 0;
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) return NotFoundError("{}: cannot create file", path);
+  if (!file) {
+    return NotFoundError("{}: cannot create file: {}", path,
+                         OsErrorText(errno));
+  }
   file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   file.close();
   if (!file) return DataLossError("{}: write error", path);
@@ -540,8 +545,11 @@ Status WritePlanFile(const std::string& path, const PlanFile& plan) {
 }
 
 StatusOr<PlanFile> ReadPlanFile(const std::string& path) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("{}: cannot open file", path);
+  if (!in) {
+    return NotFoundError("{}: cannot open file: {}", path, OsErrorText(errno));
+  }
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();
   if (size < 0) return DataLossError("{}: cannot read the file size", path);

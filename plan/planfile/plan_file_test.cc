@@ -60,7 +60,7 @@ TEST(PlanFileTest, FileRoundTripAndDump) {
             std::string::npos);
   EXPECT_NE(FormatPlanText(*back, 2).find("... 3 more"), std::string::npos);
   EXPECT_EQ(ReadPlanFile(path + ".missing").status().message(),
-            path + ".missing: cannot open file");
+            path + ".missing: cannot open file: No such file or directory");
   std::remove(path.c_str());
 }
 

@@ -1,5 +1,6 @@
 #include "plan/solver/minimalloc_csv.h"
 
+#include <cerrno>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -192,8 +193,11 @@ StatusOr<CsvInstance> ParseMinimallocCsv(std::string_view text,
 }
 
 StatusOr<CsvInstance> ReadMinimallocCsv(const std::string& path) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("{}: cannot open file", path);
+  if (!in) {
+    return NotFoundError("{}: cannot open file: {}", path, OsErrorText(errno));
+  }
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return DataLossError("{}: read error", path);
@@ -223,8 +227,12 @@ std::string FormatMinimallocCsv(const Instance& instance,
 
 Status WriteMinimallocCsv(const std::string& path, const Instance& instance,
                           const std::vector<uint64_t>& offsets) {
+  errno = 0;
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) return NotFoundError("{}: cannot create file", path);
+  if (!file) {
+    return NotFoundError("{}: cannot create file: {}", path,
+                         OsErrorText(errno));
+  }
   file << FormatMinimallocCsv(instance, offsets);
   file.close();
   if (!file) return DataLossError("{}: write error", path);

@@ -35,6 +35,19 @@ def test_host_backend_json_reports_granularity():
     assert info["backend"] == "host"
     assert info["granularity"] == 2 * 1024 * 1024
     assert info["devices"][0]["total_bytes"] == 80 * 1024**3
+    assert info["simulated"] is True
+
+
+def test_a_simulated_device_says_so():
+    """The host backend's 80 GiB is --capacity's default, not a GPU's."""
+    _tool()
+    result = run_loom("info", "--backend=host", "--capacity=16GiB")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == ("backend: host (simulated: no GPU; the devices and "
+                        "their memory are --devices and --capacity, default "
+                        "1 x 80 GiB)")
+    assert "      memory: 16.00 GiB total, 16.00 GiB free (simulated)" in lines
 
 
 def test_fake_backend_honours_options():

@@ -45,7 +45,10 @@ def fixture_wheel(tmp_path_factory):
 
 
 def test_the_wheel_holds_the_package_and_the_binaries(wheel):
-    assert wheel.name.startswith(f"loom-{loom.__version__}-py3-none-linux_")
+    # The distribution is loom-alloc (`loom` on PyPI is another package);
+    # the import name is loom.
+    assert wheel.name.startswith(
+        f"loom_alloc-{loom.__version__}-py3-none-linux_")
     with zipfile.ZipFile(wheel) as archive:
         modes = {i.filename: i.external_attr >> 16 for i in archive.infolist()}
     sources = {str(p.relative_to(_paths.PACKAGE_DIR.parent))
@@ -126,15 +129,82 @@ def test_a_fresh_venv_imports_loom_and_uses_its_own_binaries(wheel,
                             "--json", "--loom-time-limit", "1"],
                            cwd=work).stdout)
     assert {r["allocator"] for r in rows} >= {"pytorch", "loom"}
-    # --plot needs matplotlib, which the fresh venv lacks: one line, no
-    # traceback.
+    # --plot needs matplotlib, which the fresh venv lacks: the table, then
+    # one line naming the extra, no traceback.
     plot = subprocess.run([python, "-m", "loom", "compare", "tiny.ltb",
                            "--plot", "x.png"], cwd=work, env=_env(),
                           capture_output=True, text=True, check=False)
     assert plot.returncode == 1
+    assert plot.stdout.startswith("input: tiny.ltb\n")
     assert plot.stderr.strip().splitlines() == [
-        "loom compare: --plot needs matplotlib, which this Python cannot "
-        "import (pip install matplotlib)"]
+        "loom compare: x.png not written: --plot needs matplotlib, which "
+        "this Python cannot import (to get it: pip install "
+        "'loom-alloc[plots]')"]
+    # The demo prints its tables and says how to get the pictures (one
+    # small workload here: the real ones take minutes).
+    demo = subprocess.run([python, "-c", _SMALL_DEMO, "--time-limit", "1"],
+                          cwd=work, env=_env(), capture_output=True,
+                          text=True, check=False, timeout=300)
+    assert demo.returncode == 0, demo.stderr
+    assert "=== summary" in demo.stdout
+    assert demo.stderr.strip().splitlines() == [
+        "loom demo: pictures skipped: drawing them needs matplotlib, which "
+        "this Python cannot import (to get it: pip install "
+        "'loom-alloc[plots]')"]
+    # The CPU recorder needs PyTorch and transformers: one line.
+    for command in (["record-cpu", "--model", "llama", "-o", "x.ltb"],
+                    ["what-if", "--model", "llama"]):
+        record = subprocess.run([venv / "bin" / "loom", *command], cwd=work,
+                                env=_env(), capture_output=True, text=True,
+                                check=False)
+        assert record.returncode == 1, record.stderr
+        assert record.stderr.strip().splitlines() == [
+            f"loom {command[0]}: recording a model needs PyTorch (torch) and "
+            f"transformers, which this Python cannot import (to get them: "
+            f"pip install 'loom-alloc[record]')"]
+    # The launcher's subcommands are not the installed package's.
+    assert "\n  setup " not in usage and "\n  wheel " not in usage
+    for command in ("setup", "test", "wheel"):
+        refused = subprocess.run([venv / "bin" / "loom", command], cwd=work,
+                                 env=_env(), capture_output=True, text=True,
+                                 check=False)
+        assert refused.returncode == 2
+        assert len(refused.stderr.splitlines()) == 1, refused.stderr
+        assert refused.stderr.startswith(
+            f"loom: '{command}' is a command of a loom source checkout")
+
+
+_SMALL_DEMO = """import sys
+from loom.tools import demo
+demo.workloads = lambda: (demo.Workload("dense", "a generated dense run",
+                                        "builtin:dense"),)
+sys.exit(demo.main(sys.argv[1:]))
+"""
+
+
+def test_the_plots_extra_brings_the_pictures(wheel, tmp_path):
+    """Installed with [plots] into a venv that sees Debian's matplotlib
+    (offline: the requirement is already met), --plot draws."""
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", "--system-site-packages", venv],
+         cwd=tmp_path)
+    python = venv / "bin" / "python"
+    _run([python, "-m", "pip", "install", "-q", "--no-index",
+          "--disable-pip-version-check", f"{wheel}[plots]"], cwd=tmp_path)
+    extras = json.loads(_run([python, "-c", (
+        "import importlib.metadata as m, json; d = m.metadata('loom-alloc');"
+        "print(json.dumps({'extras': d.get_all('Provides-Extra'),"
+        " 'requires': m.requires('loom-alloc')}))")], cwd=tmp_path).stdout)
+    assert sorted(extras["extras"]) == ["all", "plots", "record"]
+    assert 'matplotlib>=3.6; extra == "plots"' in extras["requires"]
+    assert 'torch>=2.5; extra == "record"' in extras["requires"]
+    assert not [r for r in extras["requires"] if "extra ==" not in r]
+    work = tmp_path / "work"
+    work.mkdir()
+    result = _run([venv / "bin" / "loom", "compare", "builtin:dense",
+                   "--loom-time-limit", "1", "--plot", "x.png"], cwd=work)
+    assert "plot written to x.png" in result.stderr
+    assert (work / "x.png").read_bytes()[:4] == b"\x89PNG"
 
 
 _WITH_TORCH = """

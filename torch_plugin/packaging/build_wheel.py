@@ -8,11 +8,14 @@ demo's trace, then builds the wheel with pip and the setuptools already
 installed (`pip wheel --no-build-isolation --no-index`: nothing is
 downloaded). setup.py and pyproject.toml beside this file are the build's.
 
-The wheel (py3-none-<platform>) installs into any Python 3 on the platform:
-`import loom` needs nothing else, loom.enable() and the CPU recorder need
-PyTorch (and transformers for `loom record-cpu`), which it does not pull in.
-The bundled binaries need glibc and libstdc++ at least as new as the
-build machine's.
+The wheel (loom_alloc-<version>-py3-none-<platform>.whl: the distribution
+is `loom-alloc`, the import name `loom`) installs into any Python 3 on the
+platform: `import loom` and the command line need nothing else. Its extras
+(loom/_extras.py) bring the rest: `plots` (matplotlib: demo and --plot
+pictures), `record` (PyTorch and transformers: `loom record-cpu`, `loom
+what-if --model`), `all`. loom.enable() needs the user's own PyTorch. The
+bundled binaries need glibc and libstdc++ at least as new as the build
+machine's.
 """
 
 import argparse
@@ -43,6 +46,9 @@ RUNTIME = re.compile(r"^(linux-vdso|linux-gate|ld-linux.*|libc|libm|"
                      r"libpthread|libdl|librt|libutil|libresolv|libstdc\+\+|"
                      r"libgcc_s)\.so")
 PROG = "loom wheel"
+# The wheel's file name starts with the distribution name, normalised
+# (loom-alloc -> loom_alloc).
+WHEEL_PREFIX = "loom_alloc"
 
 
 class WheelError(Exception):
@@ -129,7 +135,8 @@ def build(out_dir):
                    str(staged)]
         result = subprocess.run(command, capture_output=True, text=True,
                                 check=False, cwd=temp)
-        wheels = sorted(built.glob("loom-*.whl")) if built.exists() else []
+        wheels = sorted(built.glob(f"{WHEEL_PREFIX}-*.whl")) \
+            if built.exists() else []
         if result.returncode != 0 or len(wheels) != 1:
             output = (result.stderr or result.stdout).strip().splitlines()
             last = output[-1] if output else f"exit status {result.returncode}"
@@ -164,9 +171,12 @@ def main(argv):
         description="Builds an installable wheel of the loom Python package "
         "with libloom.so and loom_tool inside (and the shared libraries they "
         "need beyond the C/C++ runtime), offline, with the setuptools "
-        "installed here. Install it with `pip install loom-*.whl` into any "
-        "Python 3 environment on this platform; PyTorch is needed for "
-        "loom.enable() and the CPU recorder, not for `import loom`.")
+        "installed here. Install it with `pip install loom_alloc-*.whl` "
+        "into any Python 3 environment on this platform (the distribution "
+        "is loom-alloc, the import name loom); its extras bring the "
+        "pictures ('loom_alloc-*.whl[plots]': matplotlib) and the CPU "
+        "recorder ([record]: PyTorch and transformers); loom.enable() needs "
+        "PyTorch.")
     parser.add_argument("-o", "--out", default="dist",
                         help="directory for the wheel (default: dist, in the "
                         "current directory)")

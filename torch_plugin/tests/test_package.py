@@ -96,7 +96,7 @@ def _cycle():
 
 def test_the_package_is_split_into_runtime_and_tools():
     assert set(RUNTIME) == {
-        "loom", "loom.__main__", "loom._native", "loom._paths",
+        "loom", "loom.__main__", "loom._extras", "loom._native", "loom._paths",
         "loom._state", "loom._torch", "loom.config", "loom.control",
         "loom.errors", "loom.fingerprint", "loom.integrations",
         "loom.markers", "loom.planning", "loom.session", "loom.stats"}

@@ -5,6 +5,7 @@ transformers (the CPU build in .venv), with libloom reading and checking
 every trace."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -644,6 +645,24 @@ def test_record_cpu_command_end_to_end(tmp_path, loom_tool):
                                str(tmp_path / "llama.ltt")],
                               capture_output=True, text=True, check=True)
     assert '"iterations":4' in analysis.stdout.replace(" ", "")
+
+
+def test_record_cpu_json_is_the_summary(tmp_path, loom_tool):
+    del loom_tool
+    result = _run_cli(tmp_path, "--model", "llama", "--steps", "2", "--set",
+                      "num_hidden_layers=1,hidden_size=64", "--seq", "32",
+                      "-o", "llama.ltb", "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    trace = loom_trace.read_trace(tmp_path / "llama.ltb")
+    expected = record_cpu.summarize(trace.events)
+    assert summary["output"] == "llama.ltb"
+    assert summary["model"] == "llama" and summary["device"] == "cpu"
+    for key in ("requests", "iterations", "requests_per_iteration",
+                "peak_live_bytes"):
+        assert summary[key] == expected[key], key
+    assert summary["iterations"] == 2 and summary["seconds"] > 0
+    assert summary["setup_bytes"] > 0  # the recorder's; the file lacks it
 
 
 @pytest.mark.parametrize("args,message", [

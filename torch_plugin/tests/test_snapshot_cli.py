@@ -1,6 +1,8 @@
 """`loom import`, `loom export-snapshot` and the snapshot hook for
 subcommands forwarded to loom_tool (exercised with a stand-in tool)."""
 
+import io
+import json
 import os
 import pickle
 import stat
@@ -12,6 +14,7 @@ import pytest
 
 import snapshot_factory as sf
 from loom.tools import cli
+from loom.tools import forward
 from loom.tools import snapshot_cli
 from loom.tools import trace as loom_trace
 from test_snapshot_import import EXPECTED_TEXT, _scenario
@@ -28,7 +31,7 @@ def test_import_help(capsys):
     assert cli.main(["import", "--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: loom import [-h] -o OUTPUT [--device "
-                          "DEVICE] snapshot")
+                          "DEVICE] [--json] snapshot")
 
 
 def test_import_writes_the_trace(snap, tmp_path, capsys):
@@ -42,6 +45,20 @@ def test_import_writes_the_trace(snap, tmp_path, capsys):
         f"alloc 5, free_completed 4, free_requested 2, mystery 1, oom 1, "
         f"segment_alloc 1, snapshot 1\n")
     assert captured.err == ""
+
+
+def test_import_json_is_the_summary(snap, tmp_path, capsys):
+    out = tmp_path / "a.ltb"
+    assert cli.main(["import", str(snap), "-o", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {
+        "output": str(out), "device": 0, "allocs": 8, "frees": 4,
+        "preexisting_freed": 2, "preexisting_live": 1, "peak_live_bytes": 496,
+        "snapshot_entries": {"alloc": 5, "free_completed": 4,
+                             "free_requested": 2, "mystery": 1, "oom": 1,
+                             "segment_alloc": 1, "snapshot": 1},
+        "warnings": []}
+    assert loom_trace.read_trace(out).device == 0
 
 
 def test_import_device_option(snap, tmp_path):
@@ -98,6 +115,11 @@ def test_export_snapshot_with_offsets(tmp_path, capsys):
     assert [(e["action"], e["addr"]) for e in exported["device_traces"][0]] \
         == [("segment_alloc", 0), ("alloc", 0), ("alloc", 128),
             ("free_requested", 0), ("free_completed", 0)]
+    assert cli.main(["export-snapshot", str(trace), "-o", str(out),
+                     "--offsets", str(plan), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "output": str(out), "trace_entries": 5, "segments": 1,
+        "segment_bytes": 2097152}
     assert cli.main(["export-snapshot", str(trace), "-o", str(out),
                      "--segments", "map", "--granularity", "4096"]) == 0
     exported = pickle.loads(out.read_bytes())
@@ -199,11 +221,36 @@ def fake_tool(tmp_path, monkeypatch):
 
 
 def test_forwarded_subcommand_gets_a_trace(snap, fake_tool, capfd):
-    assert cli.main(["analyze", str(snap), "--json"]) == 0
+    """The tool reads a temporary trace (its first line is a trace's); what
+    it prints names the snapshot as the user gave it, not the temporary
+    file (deleted when the command ends)."""
+    assert cli.main(["analyze", str(snap)]) == 0
     lines = capfd.readouterr().out.splitlines()
-    assert lines[0] == "arg analyze"
-    assert lines[1].startswith("arg ") and lines[1].endswith("/a.ltt")
+    assert lines == ["arg analyze", f"arg {snap}", "head loom-trace 1"]
+
+
+def test_forwarded_output_names_the_user_s_path_in_json_too(tmp_path,
+                                                            fake_tool, capfd):
+    odd = tmp_path / 'a "quoted" \\ name.pickle'
+    sf.write(odd, _scenario())
+    assert cli.main(["analyze", str(odd), "--json"]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    assert lines[1] == "arg " + json.dumps(str(odd))[1:-1]
     assert lines[2:] == ["head loom-trace 1", "arg --json"]
+
+
+def test_the_relay_replaces_paths_split_across_reads():
+    class Pipe:  # pylint: disable=too-few-public-methods
+        def __init__(self, chunks):
+            self.chunks = list(chunks)
+
+        def read1(self, _):
+            return self.chunks.pop(0) if self.chunks else b""
+
+    out = io.StringIO()
+    forward._relay(Pipe([b"input: /tmp/x/a", b".ltt and /tm", b"p/x/a.ltt\n",
+                         b"done /tmp"]), out, [(b"/tmp/x/a.ltt", b"a.pickle")])
+    assert out.getvalue() == "input: a.pickle and a.pickle\ndone /tmp"
 
 
 def test_forwarded_subcommand_errors(tmp_path, fake_tool, capfd):

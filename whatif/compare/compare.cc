@@ -173,11 +173,22 @@ std::string FormatTable(const Comparison& c) {
   const TraceSummary& s = c.summary;
   out += fmt::format("input: {}\n", c.input);
   if (!c.provenance.empty()) out += fmt::format("trace: {}\n", c.provenance);
+  // The iterations as `loom analyze` counts them: markers, else detected,
+  // else the whole trace.
+  const std::string iterations =
+      s.iterations > 0
+          ? fmt::format("{} iteration{}", s.iterations,
+                        s.iterations == 1 ? "" : "s")
+      : s.detected_iterations > 0
+          ? fmt::format("{} iteration{} detected (no markers)",
+                        s.detected_iterations,
+                        s.detected_iterations == 1 ? "" : "s")
+          : std::string("1 iteration (no markers, no repetition: the "
+                        "whole trace)");
   out += fmt::format(
-      "{} events, {} allocations, {} iteration{}, {} stream{}, largest "
-      "request {}\n",
-      s.events, s.allocs, s.iterations, s.iterations == 1 ? "" : "s", s.streams,
-      s.streams == 1 ? "" : "s", FormatBytes(s.max_request));
+      "{} events, {} allocations, {}, {} stream{}, largest request {}\n",
+      s.events, s.allocs, iterations, s.streams, s.streams == 1 ? "" : "s",
+      FormatBytes(s.max_request));
   if (!c.perturbation.empty()) {
     out += fmt::format(
         "perturbed: {} (every allocator replays the same "

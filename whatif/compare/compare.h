@@ -67,6 +67,10 @@ struct TraceSummary {
   uint64_t events = 0;
   uint64_t allocs = 0;
   uint64_t iterations = 0;  // iteration-begin markers
+  // With no markers: the iterations `loom analyze` detects (the period of
+  // the (action, size) sequence; plan/analysis/workload.h), 0 when none
+  // repeat. Set by the caller (the analysis is not this library's).
+  uint64_t detected_iterations = 0;
   uint64_t streams = 0;     // distinct streams of allocations
   uint64_t max_request = 0;
 };

@@ -7,12 +7,15 @@ that are snapshot pickles, by content; `--snapshot-device N` picks the
 device). Snapshot import and export run here in Python (trace files through
 libloom). `setup`, `test` and `wheel` are
 handled by the ./loom launcher script itself, since they must work before
-anything is built (or build the wheel from the checkout).
+anything is built (or build the wheel from the checkout): they are listed by
+`--help` only in a source checkout, and an installed package (the wheel)
+refuses them in one line.
 """
 
 import importlib
 import sys
 
+from loom import _extras
 from loom.tools.forward import run_forwarded
 
 # name -> one-line summary. Forwarded verbatim to loom_tool.
@@ -54,14 +57,36 @@ LAUNCHER_ONLY = {
 }
 
 
-def usage():
+def usage(checkout=None):
+    """The --help text; the launcher's subcommands only in a checkout."""
+    checkout = _extras.in_checkout() if checkout is None else checkout
     lines = ["usage: loom <subcommand> [options]", "", "subcommands:"]
     python = {name: entry[0] for name, entry in PYTHON_COMMANDS.items()}
-    for name, summary in {**LAUNCHER_ONLY, **FORWARDED, **WRAPPED,
+    launcher = LAUNCHER_ONLY if checkout else {}
+    for name, summary in {**launcher, **FORWARDED, **WRAPPED,
                           **python}.items():
         lines.append(f"  {name:<16} {summary}")
     lines += ["", "`loom <subcommand> --help` describes each one."]
     return "\n".join(lines) + "\n"
+
+
+def launcher_only_message(command, checkout=None):
+    """Why `command` (setup, test, wheel) does not run here: one line."""
+    checkout = _extras.in_checkout() if checkout is None else checkout
+    if checkout:
+        return (f"loom: '{command}' is run by the ./loom launcher of this "
+                f"checkout ({_repo_root()}/loom {command})")
+    why = {"setup": "an installed loom needs no setup (the extras add the "
+                    f"optional pieces: pip install '{_extras.DIST}[all]')",
+           "test": "the tests live in the source repository",
+           "wheel": "this is an installed wheel already"}[command]
+    return (f"loom: '{command}' is a command of a loom source checkout "
+            f"(./loom {command} there): {why}")
+
+
+def _repo_root():
+    from loom import _paths  # pylint: disable=import-outside-toplevel
+    return _paths.REPO_ROOT
 
 
 def main(argv=None):
@@ -80,8 +105,7 @@ def main(argv=None):
         from loom.tools import compare_plot
         return compare_plot.run(rest, lambda a: run_forwarded(a[0], a[1:]))
     if command in LAUNCHER_ONLY:
-        print(f"loom: '{command}' is run by the ./loom launcher of a "
-              f"loom checkout", file=sys.stderr)
+        print(launcher_only_message(command), file=sys.stderr)
         return 2
     print(f"loom: unknown subcommand '{command}'\n", file=sys.stderr)
     sys.stderr.write(usage())

@@ -6,7 +6,9 @@ draws memory over time for every allocator (live requested bytes, the
 allocator's allocated bytes and its reserved physical memory), plus a bar
 summary of the peaks. The PNG is written with matplotlib's Agg backend, so
 no display is needed. Other options and the table/JSON output of loom_tool
-pass through unchanged; the plot never goes to stdout.
+pass through unchanged; the plot never goes to stdout. Without matplotlib
+(the `plots` extra) the table is printed, then one line says the picture
+was not written and how to get matplotlib (exit status 1).
 
 Hook for loom's own plan picture (time x address map): pass `extra_panels`
 to `plot_series`, a list of callables `(axes) -> None`, each drawing into a
@@ -18,6 +20,8 @@ import os
 import sys
 import tempfile
 from collections import OrderedDict
+
+from loom import _extras
 
 SERIES_COLUMNS = ("allocator", "time", "iteration", "requested_bytes",
                   "allocated_bytes", "reserved_bytes")
@@ -255,12 +259,17 @@ def run(args, run_tool):
         return run_tool(["compare", *args])
     if any(a in ("-h", "--help") for a in args):
         return run_tool(["compare", *args])
-    try:
-        # pylint: disable-next=import-outside-toplevel,unused-import
-        import matplotlib  # noqa: F401
-    except ImportError:
-        print("loom compare: --plot needs matplotlib, which this Python "
-              "cannot import (pip install matplotlib)", file=sys.stderr)
+    if not _extras.importable("matplotlib"):
+        # The comparison still runs and prints; only the picture is missing
+        # (exit status 1: the file asked for was not written).
+        if series_path is not None:
+            args += ["--series", series_path]
+        code = run_tool(["compare", *args])
+        if code != 0:
+            return code
+        print(_extras.message("loom compare", "--plot", ["matplotlib"],
+                              outcome=f"{plot_path} not written"),
+              file=sys.stderr)
         return 1
     temporary = None
     handle, plan_csv = tempfile.mkstemp(prefix="loom-plan-", suffix=".csv")

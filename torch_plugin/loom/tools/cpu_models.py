@@ -168,8 +168,10 @@ def _transformers():
     try:
         import transformers  # pylint: disable=import-outside-toplevel
     except ImportError:
-        raise ModelError("models by name need transformers (run ./loom "
-                         "setup, or pip install transformers)") from None
+        # pylint: disable-next=import-outside-toplevel
+        from loom import _extras
+        raise LoomError(_extras.message("loom", "a model by name",
+                                        ["transformers"])) from None
     return transformers
 
 

@@ -9,7 +9,9 @@ training step (a memory snapshot shipped as a loom trace in
 bench/data/traces/) and on a generated MoE training run whose expert sizes
 change every iteration. Prints each table and a summary (a loom row planned
 from the very trace it is measured on says "oracle"), and writes one picture
-per workload.
+per workload. Without matplotlib (the `plots` extra) the tables are printed
+all the same and one line at the end says the pictures were skipped and
+how to get them.
 """
 
 import argparse
@@ -19,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from loom import _extras
 from loom import _paths
 
 H200_RUN = "bench/data/traces/gpu/h200_2026-11-26"
@@ -128,14 +131,16 @@ def main(argv):
                         help="seconds loom's planner may search (default 5)")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    pictures = _extras.importable("matplotlib")
+    if pictures:
+        out.mkdir(parents=True, exist_ok=True)
     summary, all_rows = [], {}
     for workload in workloads():
         picture = out / f"{workload.name}.png"
         common = ["--loom-time-limit", str(args.time_limit),
                   *workload.options]
-        table = _run_compare(workload.spec,
-                             [*common, "--plot", str(picture)])
+        table = _run_compare(workload.spec, [*common, "--plot", str(picture)]
+                             if pictures else common)
         if table.returncode != 0:
             sys.stderr.write(table.stderr)
             return 1
@@ -152,13 +157,15 @@ def main(argv):
             print(table.stdout)
             if workload.measured is not None:
                 print("\n".join(measured_lines(workload, parsed)) + "\n")
-            print(f"picture: {picture}\n")
+            if pictures:
+                print(f"picture: {picture}\n")
         for row in parsed:
             real = (workload.measured or {}).get(row["allocator"])
             summary.append((workload.name, row, real,
                             workload.measured is not None))
     if args.json:
         print(json.dumps(all_rows, indent=2))
+        _pictures_skipped(pictures)
         return 0
     print("=== summary: peak reserved memory and efficiency "
           "(peak allocated / peak reserved); measured = on the GPU")
@@ -171,4 +178,12 @@ def main(argv):
               f"{row['peak_reserved_bytes'] / 2**30:>10.2f} GiB "
               f"{100 * row['efficiency']:>10.2f}% {measured:>12}  "
               f"{plan_note(row)}".rstrip())
+    _pictures_skipped(pictures)
     return 0
+
+
+def _pictures_skipped(pictures):
+    """Without matplotlib: one line on stderr, the fix included."""
+    if not pictures:
+        print(_extras.message("loom demo", "drawing them", ["matplotlib"],
+                              outcome="pictures skipped"), file=sys.stderr)

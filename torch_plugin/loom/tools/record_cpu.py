@@ -194,8 +194,10 @@ class Recorder:
         try:
             import torch  # pylint: disable=import-outside-toplevel
         except ImportError:
-            raise LoomError("record_cpu needs PyTorch (run ./loom setup, or "
-                            "pip install torch)") from None
+            # pylint: disable-next=import-outside-toplevel
+            from loom import _extras
+            raise LoomError(_extras.message("loom", "record_cpu",
+                                            ["torch"])) from None
         self._torch = torch
         self._lift_ops = (torch.ops.aten.lift_fresh.default,
                           torch.ops.aten.lift_fresh_copy.default)

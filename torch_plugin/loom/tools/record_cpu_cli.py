@@ -7,10 +7,14 @@ recorded as a loom trace (loom.tools.record_cpu, loom.tools.cpu_models).
                   [--stages P] [--rank R] [--microbatches M]
                   [--dtype fp32|bf16|bf16-pure] [--attn IMPL]
                   [--experts IMPL] [--dynamic PATTERN] [--full-size]
-                  [--seed N] [--device cpu|cuda] -o out.ltb|out.ltt
+                  [--seed N] [--device cpu|cuda] [--json]
+                  -o out.ltb|out.ltt
 
 Prints one line: the file, requests, iterations, requests per iteration,
-peak live bytes, seconds. Exit status 2 for bad arguments (an unknown model
+peak live bytes, seconds (with --json, that summary as a JSON object).
+Needs PyTorch and transformers (the wheel's `record` extra): without them,
+one line says which is missing and how to get it (exit status 1). Exit
+status 2 for bad arguments (an unknown model
 type, a --set key the config lacks, ...), 1 when the step or the writing
 fails; the message is one line, without a traceback.
 
@@ -20,12 +24,14 @@ a CPU recording with (loom.tools.record_cpu.compare_traces).
 """
 
 import argparse
+import json
 import os
 import shlex
 import sys
 import tempfile
 import time
 
+from loom import _extras
 from loom.errors import LoomError
 from loom.tools import cpu_models
 from loom.tools import trace as loom_trace
@@ -78,6 +84,8 @@ def parser():
                    "(the reference for a CPU recording)")
     p.add_argument("-o", "--output", required=True,
                    help="trace to write (.ltt text, else binary)")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as JSON")
     return p
 
 
@@ -199,12 +207,25 @@ def main(argv):
     argv = list(argv)
     try:
         args = parser().parse_args(argv)
+        if missing_recorder(PROG):
+            return 1
         spec = spec_from_args(args)
         if args.device == "cuda":
             return _record_cuda(args, spec, argv)
         return _record_cpu(args, spec, argv)
     except FAILURES as error:
         return failure_status(PROG, error)
+
+
+def missing_recorder(prog):
+    """0 when PyTorch and transformers import here; else prints the one line
+    that says which are missing and how to get them, and returns 1."""
+    missing = _extras.missing(("torch", "transformers"))
+    if not missing:
+        return 0
+    print(_extras.message(prog, "recording a model", missing),
+          file=sys.stderr)
+    return 1
 
 
 # What a recording command reports as one line (failure_status), not a
@@ -232,7 +253,7 @@ def _record_cpu(args, spec, argv):
     started = time.time()
     recorder = record_steps(spec, args.steps, args.dynamic, argv)
     recorder.write(args.output)
-    _report(args.output, recorder.summary(), time.time() - started)
+    _report(args, spec, "cpu", recorder.summary(), time.time() - started)
     return 0
 
 
@@ -281,8 +302,21 @@ def _trainer(spec):
             f"{' '.join(str(error).split())}") from None
 
 
-def _report(path, summary, seconds):
+def _report(args, spec, device, summary, seconds):
+    """The summary of the trace written: one line, or JSON (--json)."""
+    path = args.output
     per = summary["requests_per_iteration"]
+    if args.json:
+        print(json.dumps({
+            "output": path, "model": spec.model_type, "device": device,
+            "requests": summary["requests"],
+            "iterations": summary["iterations"],
+            "requests_per_iteration": list(per),
+            "peak_live_bytes": summary["peak_live_bytes"],
+            "setup_bytes": summary["setup_bytes"],
+            "events": summary["events"], "seconds": round(seconds, 3)},
+            indent=2))
+        return
     print(f"{path}: {summary['requests']} requests, {summary['iterations']} "
           f"iterations ({', '.join(str(n) for n in per)} requests each), "
           f"peak live {summary['peak_live_bytes']} bytes, set-up "
@@ -361,5 +395,5 @@ def _record_with_loom(args, spec, argv, device, **options):
             f" | recorded on {device} by loom (record mode)"
         loom_trace.write_trace(trace, args.output)
         summary = record_cpu.summarize(trace.events)
-        _report(args.output, summary, time.time() - started)
+        _report(args, spec, device, summary, time.time() - started)
     return 0

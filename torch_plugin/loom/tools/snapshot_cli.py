@@ -1,9 +1,12 @@
 """Command-line side of snapshot import/export (loom trace files are read
 and written by libloom, through loom.tools.trace).
 
-  loom import <snapshot> -o out.ltt|out.ltb [--device N]
+  loom import <snapshot> -o out.ltt|out.ltb [--device N] [--json]
   loom export-snapshot <trace> -o out.pickle [--offsets plan.csv]
-                       [--segments alloc|map] [--granularity BYTES]
+                       [--segments alloc|map] [--granularity BYTES] [--json]
+
+Each prints one summary line of what it wrote, or with --json that summary
+as a JSON object.
 
 and the hook `converted_snapshot_args` that lets every subcommand forwarded
 to loom_tool take a snapshot pickle wherever it takes a trace: positional
@@ -15,6 +18,7 @@ the device and is consumed here.
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -76,11 +80,21 @@ def split_snapshot_args(args):
     return rest, device, candidates
 
 
+class ConvertedArgs(list):
+    """The arguments with snapshots replaced; `.originals` maps each
+    temporary trace's path to the snapshot path the user gave (for output
+    that names the input: loom.tools.forward prints the user's path)."""
+
+    def __init__(self, args, originals=None):
+        super().__init__(args)
+        self.originals = dict(originals or {})
+
+
 @contextlib.contextmanager
 def converted_snapshot_args(args):
-    """Yields `args` with each snapshot pickle argument replaced by a
-    temporary loom text trace (removed on exit). Raises UsageError or
-    ConversionError (one line, naming the file)."""
+    """Yields `args` (a ConvertedArgs) with each snapshot pickle argument
+    replaced by a temporary loom text trace (removed on exit). Raises
+    UsageError or ConversionError (one line, naming the file)."""
     rest, device, candidates = split_snapshot_args(args)
     snapshots = [i for i in candidates if os.path.isfile(rest[i]) and
                  is_snapshot_file(rest[i])]
@@ -88,10 +102,10 @@ def converted_snapshot_args(args):
         if device is not None:
             raise UsageError(f"{DEVICE_OPTION} given, but no argument is a "
                              f"PyTorch memory snapshot")
-        yield rest
+        yield ConvertedArgs(rest)
         return
     with tempfile.TemporaryDirectory(prefix="loom-snapshot-") as tmp:
-        used = set()
+        used, originals = set(), {}
         for i in snapshots:
             stem = os.path.splitext(os.path.basename(rest[i]))[0] or "snapshot"
             name, n = stem, 1
@@ -108,8 +122,9 @@ def converted_snapshot_args(args):
             except OSError as error:
                 raise ConversionError(f"{out}: cannot write: "
                                       f"{error.strerror}") from None
+            originals[out] = rest[i]
             rest[i] = out
-        yield rest
+        yield ConvertedArgs(rest, originals)
 
 
 def _parser(prog, description):
@@ -141,6 +156,8 @@ def run_import(argv):
     parser.add_argument("--device", type=_checked_int, default=None,
                         help="device to import (default: the one with the "
                         "most trace entries)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the summary as JSON")
     args, status = _parse(parser, argv)
     if args is None:
         return status
@@ -158,6 +175,16 @@ def run_import(argv):
         print(f"loom import: warning: {warning}", file=sys.stderr)
     allocs = sum(1 for e in result.trace.events if e.kind == loom_trace.ALLOC)
     frees = len(result.trace.events) - allocs
+    if args.json:
+        print(json.dumps({
+            "output": args.output, "device": result.device,
+            "allocs": allocs, "frees": frees,
+            "preexisting_freed": result.preexisting_freed,
+            "preexisting_live": result.preexisting_live,
+            "peak_live_bytes": result.peak_live_bytes,
+            "snapshot_entries": dict(sorted(result.counts.items())),
+            "warnings": list(result.warnings)}, indent=2))
+        return 0
     counts = ", ".join(f"{action} {n}" for action, n in
                        sorted(result.counts.items()))
     print(f"{args.output}: device {result.device}, {allocs} allocs "
@@ -198,6 +225,8 @@ def run_export(argv):
     parser.add_argument("--granularity", type=_checked_int, default=None,
                         help="segment granule in bytes (default: the "
                         "trace's, else 2 MiB)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the summary as JSON")
     args, status = _parse(parser, argv)
     if args is None:
         return status
@@ -220,6 +249,12 @@ def run_export(argv):
         return 1
     reserved = sum(s["total_size"] for s in snapshot["segments"])
     entries = sum(len(t) for t in snapshot["device_traces"])
+    if args.json:
+        print(json.dumps({
+            "output": args.output, "trace_entries": entries,
+            "segments": len(snapshot["segments"]),
+            "segment_bytes": reserved}, indent=2))
+        return 0
     print(f"{args.output}: {entries} trace entries, "
           f"{len(snapshot['segments'])} segments, {reserved} bytes in "
           f"segments; open it at https://pytorch.org/memory_viz")

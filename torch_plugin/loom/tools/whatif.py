@@ -40,10 +40,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _bytes(text):
+    """An argparse type: a byte count. argparse names the option in its
+    message ("argument --device-memory: ..."), so the reason does not."""
     try:
         return parse_size(text, "--device-memory")
     except LoomError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        raise argparse.ArgumentTypeError(
+            str(error).removeprefix("--device-memory: ")) from None
 
 
 def parser():

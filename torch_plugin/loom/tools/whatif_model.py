@@ -8,8 +8,10 @@ each (recorded at batch 1, 2, 4, ... while anything fits, up to
 size). Prints a table, or JSON with --json; progress goes to stderr.
 
 Exit status 2 for bad arguments (an unknown model type, a --set key the
-config lacks, ...), 1 when a step, the comparison or the plot fails; the
-message is one line, without a traceback.
+config lacks, ...), 1 when a step, the comparison or the plot fails, or
+when PyTorch or transformers (the wheel's `record` extra) or, for --plot,
+matplotlib (`plots`) is missing; the message is one line, without a
+traceback.
 """
 
 import dataclasses
@@ -19,6 +21,7 @@ import sys
 import tempfile
 import time
 
+from loom import _extras
 from loom.errors import LoomError
 from loom.tools import compare_plot
 from loom.tools import predict
@@ -67,6 +70,12 @@ def _progress(entry):
 def run(args, argv):
     """The --model form of `loom what-if` (args parsed by loom.tools.whatif);
     returns the exit status."""
+    if record_cpu_cli.missing_recorder(PROG):
+        return 1
+    # Without matplotlib the prediction runs and prints; one line at the end
+    # says the picture was not written (exit status 1).
+    plot = args.plot if args.plot and _extras.importable("matplotlib") \
+        else None
     try:
         spec = record_cpu_cli.spec_from_args(args)
         record = _Recordings(spec, args, argv)
@@ -79,7 +88,7 @@ def run(args, argv):
                 record, args.device_memory,
                 max_batch=args.max_batch or DEFAULT_MAX_BATCH,
                 time_limit=args.loom_time_limit, on_recording=_progress)
-        if args.plot:
+        if plot:
             _plot(trace, args)
     except record_cpu_cli.FAILURES as error:
         return record_cpu_cli.failure_status(PROG, error)
@@ -88,6 +97,11 @@ def run(args, argv):
         print(json.dumps(result, indent=2))
     else:
         _print(result)
+    if args.plot and not plot:
+        print(_extras.message(PROG, "--plot", ["matplotlib"],
+                              outcome=f"{args.plot} not written"),
+              file=sys.stderr)
+        return 1
     return 0
 
 
