@@ -200,13 +200,15 @@ run() {
   verdict "$out" "tests/gpu/run_gpu.sh run"
 }
 
-train() {
-  local out="${1:?usage: train OUT [options]}"
-  shift
+# compare.py run into OUT with the options named by $2 (an array name),
+# then the caller's; failures from OUT/failures.txt.
+compare_run() {
+  local out="$1" options="$2[@]"
+  shift 2
   mkdir -p "$out"
   LOOM_LIB="$ROOT/$PACK/bin/libloom.so" LOOM_TOOL="$ROOT/$PACK/bin/loom_tool" \
     PYTHONUNBUFFERED=1 python3 bench/gpu/train/compare.py run --out "$out" \
-    "${TRAIN_OPTIONS[@]}" "$@" 2>&1 | tee "$out/log.txt"
+    "${!options}" "$@" 2>&1 | tee "$out/log.txt"
   local rc=${PIPESTATUS[0]}
   if [[ $rc -ne 0 ]]; then
     if [[ -s "$out/failures.txt" ]]; then
@@ -215,24 +217,19 @@ train() {
       fail "bench/gpu/train/compare.py run exited $rc (see $out/log.txt)"
     fi
   fi
+}
+
+train() {
+  local out="${1:?usage: train OUT [options]}"
+  shift
+  compare_run "$out" TRAIN_OPTIONS "$@"
   verdict "$out" "tests/gpu/run_gpu.sh train"
 }
 
 steptime() {
   local out="${1:?usage: steptime OUT [options]}"
   shift
-  mkdir -p "$out"
-  LOOM_LIB="$ROOT/$PACK/bin/libloom.so" LOOM_TOOL="$ROOT/$PACK/bin/loom_tool" \
-    PYTHONUNBUFFERED=1 python3 bench/gpu/train/compare.py run --out "$out" \
-    "${STEPTIME_OPTIONS[@]}" "$@" 2>&1 | tee "$out/log.txt"
-  local rc=${PIPESTATUS[0]}
-  if [[ $rc -ne 0 ]]; then
-    if [[ -s "$out/failures.txt" ]]; then
-      mapfile -t FAILURES < "$out/failures.txt"
-    else
-      fail "bench/gpu/train/compare.py run exited $rc (see $out/log.txt)"
-    fi
-  fi
+  compare_run "$out" STEPTIME_OPTIONS "$@"
   [[ -s "$out/steptime.md" ]] || fail "no steptime.md (see $out/log.txt)"
   verdict "$out" "tests/gpu/run_gpu.sh steptime"
 }
