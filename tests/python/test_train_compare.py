@@ -328,3 +328,31 @@ def test_pack_traces_leaves_out_the_largest_to_fit(tmp_path):
     assert left_out == ["big"]
     with tarfile.open(tmp_path / "t.tar.xz") as tar:
         assert tar.getnames() == ["small"]
+
+
+def test_markers_host_runs_the_moe_on_the_cpu(tmp_path, loom_tool):
+    """bench/gpu/train/markers_host.py (issue 21): the moe model of the
+    comparison, built on the CPU, watched as worker.py watches it; the
+    marker calls it counts are the watched modules' (timings not checked:
+    they are the benchmark's)."""
+    del loom_tool  # built with libloom; libloom is what the script loads
+    out = tmp_path / "markers.json"
+    done = subprocess.run(
+        [sys.executable, str(TRAIN / "markers_host.py"), "--layers", "2",
+         "--rounds", "1", "--steps", "1", "--warmup", "1",
+         "--micro-iterations", "20", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    counted = report["markers_per_step"]
+    # Each layer's experts, called once per step (grouped_mm), marked in
+    # forward and backward; their act_fn matches "*.experts.*" but is
+    # inside them: not marked.
+    assert counted["dynamic_modules"] == [
+        f"model.layers.{i}.mlp.experts" for i in range(2)]
+    assert counted["nested_modules"] == [
+        f"model.layers.{i}.mlp.experts.act_fn" for i in range(2)]
+    assert counted["by_kind"] == {
+        "iteration_begin": 1, "iteration_end": 1, "phase": 3,
+        "module_enter": 4, "module_exit": 4}
+    assert report["median_step_ms"]["plain"]["cpu"] > 0

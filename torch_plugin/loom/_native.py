@@ -87,6 +87,9 @@ _SIGNATURES = {
     "loom_trace_write": (_c_int, [_c_void_p, _c_char_p]),
 }
 
+# Marker names whose encodings Native keeps.
+_NAME_CACHE = 4096
+
 # The hooks PyTorch's pluggable allocator takes as raw function pointers.
 HOOK_FUNCTIONS = ("loom_torch_malloc", "loom_free", "loom_record_stream",
                   "loom_empty_cache", "loom_set_memory_fraction")
@@ -170,6 +173,11 @@ class Native:
                                 ) from None
             function.restype = restype
             function.argtypes = argtypes
+        self._names = {}
+        self._stats_capacity = 8192
+        self._phase = self.lib.loom_phase
+        self._module_enter = self.lib.loom_module_enter
+        self._module_exit = self.lib.loom_module_exit
 
     # ------------------------------------------------------------ plumbing
 
@@ -216,14 +224,19 @@ class Native:
     def stats(self, device):
         """The allocator stats of `device` as a dict (all zero for a device
         that has served nothing; never creates an allocator)."""
-        for _ in range(4):  # the JSON may grow between the two calls
-            length = self.lib.loom_stats_json(device, None, 0)
+        # Read once per iteration boundary by the session: one call into
+        # libloom with a buffer the size of the last answer (and room to
+        # grow), a second only when the JSON outgrew it.
+        capacity = self._stats_capacity
+        for _ in range(4):  # the JSON may grow between two calls
+            buffer = ctypes.create_string_buffer(capacity)
+            length = self.lib.loom_stats_json(device, buffer, capacity)
             if length < 0:
                 raise NativeError("loom_stats_json", -1, self.last_error())
-            buffer = ctypes.create_string_buffer(length + 64)
-            length = self.lib.loom_stats_json(device, buffer, len(buffer))
-            if 0 <= length < len(buffer):
+            if length < capacity:
+                self._stats_capacity = max(capacity, length + 1024)
                 return json.loads(buffer.value.decode())
+            capacity = length + 1024
         raise NativeError("loom_stats_json", -1, "stats kept growing")
 
     def reset_peak_stats(self, device):
@@ -258,14 +271,29 @@ class Native:
     def iteration_end(self, number):
         self.lib.loom_iteration_end(number)
 
+    # Called from hooks on every call of a marked module: the names'
+    # encodings are kept (a model has a fixed set of module names; the
+    # cache stops growing at _NAME_CACHE entries).
+
+    def _name(self, name):
+        try:
+            data = self._names.get(name)
+        except TypeError:  # not hashable: str() of it, as _encode does
+            return _encode(name)
+        if data is None:
+            data = _encode(name)
+            if len(self._names) < _NAME_CACHE:
+                self._names[name] = data
+        return data
+
     def phase(self, name):
-        self.lib.loom_phase(_encode(name))
+        self._phase(self._name(name))
 
     def module_enter(self, name, dynamic):
-        self.lib.loom_module_enter(_encode(name), 1 if dynamic else 0)
+        self._module_enter(self._name(name), 1 if dynamic else 0)
 
     def module_exit(self, name):
-        self.lib.loom_module_exit(_encode(name))
+        self._module_exit(self._name(name))
 
     # ------------------------------------------------------- offline tools
     # No settings, no allocator: these work whether or not loom is enabled.

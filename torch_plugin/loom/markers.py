@@ -18,13 +18,32 @@ their requests to loom's dynamic space, and their time windows are planned.
   match a pattern (fnmatch, or "re:<regex>", or a compiled regex) get
   module enter/exit markers with dynamic=1 around their forward, and
   around their backward (entered when the gradient of their output
-  arrives, left when the gradient of their input is complete).
+  arrives, left when the gradient of their input is complete: pre-hooks
+  on the autograd nodes that made the output and the input, or, for an
+  input that is a leaf, a tensor hook that takes itself off when it
+  fires).
+- Only the outermost matching modules are marked: a matching module
+  inside another one (a submodule of it in `named_modules()`, as
+  "*.experts.*" matches the experts' act_fn) gets no hooks, because
+  everything it requests already lies inside the outer module's dynamic
+  window, forward and backward; marking it too would only split that
+  window and cost hooks on every call. A matching container without a
+  forward of its own (ModuleList, ModuleDict: never called) does not
+  count as outer, so its matching children are marked. The handle's
+  `dynamic_modules` lists the marked modules, `nested_modules` the
+  matching ones left to an outer module. (A nested module called on its
+  own, outside its outer module's forward, is therefore not marked.)
+
+Per call of a marked module, libloom gets four markers (enter and exit in
+forward, enter and exit in backward); the backward hooks are made once per
+module by watch(), not per call.
 
 The hooks use only what torch's Module and Optimizer provide
 (register_forward_pre_hook, register_forward_hook, register_step_*_hook,
-Tensor.register_hook), so fake objects with those methods exercise them
-without torch. With loom not enabled every marker is a no-op, so a script
-can enable loom conditionally and call loom.step() unconditionally.
+autograd Node.register_prehook, Tensor.register_hook), so fake objects with
+those methods exercise them without torch. With loom not enabled every
+marker is a no-op, so a script can enable loom conditionally and call
+loom.step() unconditionally.
 """
 
 import fnmatch
@@ -84,6 +103,7 @@ class WatchHandle:
     def __init__(self):
         self._removers = []
         self.dynamic_modules = []  # qualified names marked dynamic
+        self.nested_modules = []   # matching, inside a marked module
 
     def _add(self, remover):
         self._removers.append(remover)
@@ -241,34 +261,104 @@ def _watch_model(model, patterns, phases, iterations, backward):
                         f"of the model (names look like {example})")
     handle._add(model.register_forward_pre_hook(root_pre).remove)
     handle._add(model.register_forward_hook(root_post).remove)
+    outer = set()  # marked modules with a forward of their own
     for name, module in model.named_modules():
-        if name and any(match(name) for _, match in matchers):
-            _watch_dynamic(module, name, handle, backward)
-            handle.dynamic_modules.append(name)
+        if not name or not any(match(name) for _, match in matchers):
+            continue
+        if _inside(name, outer):
+            handle.nested_modules.append(name)
+            continue
+        _watch_dynamic(module, name, handle, backward)
+        handle.dynamic_modules.append(name)
+        if _has_forward(module):
+            outer.add(name)
     return handle
 
 
+def _inside(name, outer):
+    """Whether qualified name `name` is a submodule of one in `outer`.
+    named_modules() yields parents before their children."""
+    dot = name.rfind(".")
+    while dot > 0:
+        if name[:dot] in outer:
+            return True
+        dot = name.rfind(".", 0, dot)
+    return False
+
+
+def _has_forward(module):
+    """False for containers that are never called (torch's ModuleList,
+    ModuleDict, ...: their forward is nn.Module's placeholder)."""
+    forward = getattr(type(module), "forward", None)
+    return getattr(forward, "__name__", "") != "_forward_unimplemented"
+
+
+def _first_grad(args):
+    """grad_tensor(args) for a forward's positional arguments, with the
+    common case (the first argument) first."""
+    if args:
+        first = args[0]
+        if getattr(first, "requires_grad", False) and hasattr(
+                first, "register_hook"):
+            return first
+    return grad_tensor(args)
+
+
+def _on_gradient(tensor, hook):
+    """Calls `hook` once the gradient of `tensor` is complete: a pre-hook
+    on the autograd node that made it (it runs when the node is about to
+    run, every gradient for it accumulated: when a tensor hook would). A
+    leaf has no node and outlives the step: a tensor hook, which takes
+    itself off when it fires."""
+    node = getattr(tensor, "grad_fn", None)
+    if node is not None and hasattr(node, "register_prehook"):
+        node.register_prehook(hook)
+        return
+    handles = []
+
+    def once(grad):
+        if handles:
+            handles.pop().remove()
+        hook(grad)
+
+    handles.append(tensor.register_hook(once))
+
+
 def _watch_dynamic(module, name, handle, backward):
+    current = _state.current
+
+    # Made once here, not per call: the backward markers.
+    def backward_exit(_grads):  # the input's gradient is complete
+        session = current()
+        if session is not None:
+            session.module_exit(name)
+
+    def backward_enter(_grads):  # the output's gradient arrived
+        session = current()
+        if session is not None:
+            session.module_enter(name, True)
+
     def pre(_module, args):
-        session = _state.current()
+        session = current()
         if session is None:
             return
         session.module_enter(name, True)
         if backward:
-            # Leave the backward window once the input's gradient is done.
-            tensor = grad_tensor(args)
+            tensor = _first_grad(args)
             if tensor is not None:
-                tensor.register_hook(lambda _g: module_exit(name))
+                _on_gradient(tensor, backward_exit)
 
     def post(_module, args, output):
-        session = _state.current()
+        session = current()
         if session is None:
             return
         session.module_exit(name)
-        if backward and grad_tensor(args) is not None:
+        # Only when the backward window will be left again (the input
+        # requires grad, so pre set its exit).
+        if backward and _first_grad(args) is not None:
             tensor = grad_tensor(output)
             if tensor is not None:
-                tensor.register_hook(lambda _g: module_enter(name, True))
+                _on_gradient(tensor, backward_enter)
 
     handle._add(module.register_forward_pre_hook(pre).remove)
     handle._add(module.register_forward_hook(post).remove)

@@ -125,6 +125,127 @@ def test_watch_model_and_optimizer(loom_env, tmp_path, torch):
     assert loom.memory_stats()["loom.dynamic_requests"] == 8
 
 
+def _nested_moe(torch):
+    """Two MoE blocks shaped like transformers': 0.experts is one module
+    with a forward (v5's fused experts) around a Linear and an act_fn;
+    2.experts is a ModuleList (never called, as in v4) of two experts, each
+    around a Linear and an act_fn, each given every other token. A dense
+    layer between them."""
+
+    class Expert(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.act_fn = torch.nn.SiLU()
+
+        def forward(self, x):
+            return self.act_fn(self.lin(x))
+
+    class Fused(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = Expert()
+
+        def forward(self, x):
+            return self.experts(x)
+
+    class Listed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = torch.nn.ModuleList([Expert(), Expert()])
+
+        def forward(self, x):
+            return torch.cat([expert(x[i::2])
+                              for i, expert in enumerate(self.experts)])
+
+    return torch.nn.Sequential(Fused(), torch.nn.Linear(4, 4), Listed())
+
+
+class _MarkerCalls:
+    """Counts the marker calls that reach libloom through `native` (the
+    session's Native), by kind and module name."""
+
+    def __init__(self, native):
+        self.calls = []
+        for kind in ("module_enter", "module_exit"):
+            original = getattr(native, kind)
+
+            def counted(name, *args, _kind=kind, _original=original):
+                self.calls.append((_kind, name))
+                return _original(name, *args)
+
+            setattr(native, kind, counted)
+
+
+def test_only_outermost_dynamic_modules_are_marked(loom_env, tmp_path,
+                                                   torch):
+    loom = loom_env
+    session = _record(loom, tmp_path)
+    model = _nested_moe(torch)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    # models.dynamic_modules' patterns for the MoE: they match the experts
+    # and every module inside them.
+    handle = loom.watch(model, dynamic=["*.experts", "*.experts.*"])
+    loom.watch(optimizer)
+    assert handle.dynamic_modules == [
+        "0.experts", "2.experts", "2.experts.0", "2.experts.1"]
+    assert handle.nested_modules == [
+        "0.experts.lin", "0.experts.act_fn", "2.experts.0.lin",
+        "2.experts.0.act_fn", "2.experts.1.lin", "2.experts.1.act_fn"]
+    # Hooks only where markers come from (the ModuleList's are never run).
+    assert [name for name, *_ in _hooks(model)] == [
+        "", "0.experts", "2.experts", "2.experts.0", "2.experts.1"]
+    counted = _MarkerCalls(session.native)
+    steps = 3
+    for _ in range(steps):
+        model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    # Per step, 4 calls into libloom per call of a marked module (enter and
+    # exit, forward and backward): 3 modules, 12 calls, where marking
+    # every match took 36.
+    assert len(counted.calls) == steps * 12
+    assert {name for _, name in counted.calls} == {
+        "0.experts", "2.experts.0", "2.experts.1"}
+    iteration = [
+        "phase:forward",
+        "enter:0.experts:1", "exit:0.experts",
+        "enter:2.experts.0:1", "exit:2.experts.0",
+        "enter:2.experts.1:1", "exit:2.experts.1",
+        "phase:backward",
+        "enter:2.experts.1:1", "exit:2.experts.1",
+        "enter:2.experts.0:1", "exit:2.experts.0",
+        "enter:0.experts:1", "exit:0.experts",
+        "phase:optimizer"]
+    assert _markers(loom, tmp_path) == (
+        ["iter_begin:0"] + iteration + ["iter_end:0", "iter_begin:1"] +
+        iteration + ["iter_end:1", "iter_begin:2"] + iteration +
+        ["iter_end:2", "iter_begin:3", "iter_end:3"])
+    handle.remove()
+    assert [name for name, *_ in _hooks(model)] == []
+
+
+def test_backward_markers_of_a_leaf_input(loom_env, tmp_path, torch):
+    """A dynamic module whose input is a leaf that outlives the step: its
+    backward exit is a tensor hook on the leaf, taken off when it fires,
+    so hooks do not pile up on the leaf step after step."""
+    loom = loom_env
+    _record(loom, tmp_path)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    leaf = torch.randn(2, 4, requires_grad=True)
+    loom.watch(model, dynamic=["0"])
+    for _ in range(3):
+        model(leaf).sum().backward()
+        assert not leaf._backward_hooks
+        loom.step()
+    iteration = ["phase:forward", "enter:0:1", "exit:0", "phase:backward",
+                 "enter:0:1", "exit:0"]
+    assert _markers(loom, tmp_path) == (
+        ["iter_begin:0"] + iteration + ["iter_end:0", "iter_begin:1"] +
+        iteration + ["iter_end:1", "iter_begin:2"] + iteration +
+        ["iter_end:2", "iter_begin:3", "iter_end:3"])
+
+
 def test_eval_and_no_grad_forward(loom_env, tmp_path, torch):
     loom = loom_env
     _record(loom, tmp_path)

@@ -39,6 +39,19 @@ def test_memory_stats_have_torch_keys_and_exact_bytes(loom_env, tmp_path):
         assert key in s
 
 
+def test_stats_outgrowing_the_buffer(loom_env, tmp_path):
+    """Native.stats reads the JSON in one call with a buffer the size of
+    the last answer; a longer answer takes a second call, whole."""
+    loom = loom_env
+    session = loom._configure_native(mode="record", workdir=tmp_path, **HOST)
+    native = session.native
+    native.free(native.malloc(1000))
+    whole = native.stats(0)
+    native._stats_capacity = 16  # pylint: disable=protected-access
+    assert native.stats(0).keys() == whole.keys()
+    assert native._stats_capacity > 16  # pylint: disable=protected-access
+
+
 def test_device_arguments(loom_env, tmp_path, torch):
     loom = loom_env
     session = loom._configure_native(mode="record", workdir=tmp_path,

@@ -152,11 +152,13 @@ class Trainer:
     """One model with its optimizer and data. `step(i)` runs iteration i
     and returns its loss (a float: the step ends with a host sync)."""
 
-    def __init__(self, torch, spec_, model, micro_batch, seed=1234):
+    def __init__(self, torch, spec_, model, micro_batch, seed=1234,
+                 device="cuda"):
         self.torch = torch
         self.spec = spec_
         self.model = model
         self.micro_batch = micro_batch
+        self.device = device
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         self.generator = torch.Generator().manual_seed(seed)
 
@@ -164,13 +166,13 @@ class Trainer:
         vocab = self.spec.dims[0]
         tokens = self.torch.randint(vocab, (self.micro_batch, self.spec.seq),
                                     generator=self.generator)
-        return tokens.cuda(non_blocking=False)
+        return tokens.to(self.device, non_blocking=False)
 
     def step(self, index):
         del index
         torch = self.torch
         tokens = self.batch()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(self.device, dtype=torch.bfloat16):
             loss = self.model(input_ids=tokens, labels=tokens).loss
         loss.backward()
         self.optimizer.step()
@@ -178,7 +180,7 @@ class Trainer:
         return loss.item()
 
 
-def _hf_model(torch, spec_):
+def _hf_model(torch, spec_, device="cuda"):
     import transformers  # pylint: disable=import-outside-toplevel
     vocab, width, layers, heads, kv_heads, ffn = spec_.dims
     common = dict(vocab_size=vocab, hidden_size=width, intermediate_size=ffn,
@@ -192,7 +194,7 @@ def _hf_model(torch, spec_):
             num_local_experts=spec_.experts,
             num_experts_per_tok=spec_.top_k, output_router_logits=False,
             **common)
-    with torch.device("cuda"):
+    with torch.device(device):
         try:
             model = transformers.AutoModelForCausalLM.from_config(
                 config, attn_implementation="sdpa")
@@ -334,13 +336,19 @@ class InterleavedTrainer(Trainer):
         return float(total)
 
 
-def build(torch, spec_, micro_batch, seed=1234):
+def build(torch, spec_, micro_batch, seed=1234, device="cuda"):
     """A Trainer for `spec_` with `micro_batch` sequences per micro-batch.
-    Precondition: CUDA is usable (and the allocator already chosen)."""
+    Precondition: CUDA is usable (and the allocator already chosen).
+    `device="cpu"` (the HF models only: llama, moe) runs the same step on
+    the CPU, for host-time measurements without a GPU
+    (bench/gpu/train/markers_host.py)."""
     torch.manual_seed(seed)
     if spec_.kind == "gpt2vp":
+        if device != "cuda":
+            raise ValueError("gpt2_interleaved runs on cuda only")
         return InterleavedTrainer(torch, spec_, micro_batch, seed)
-    return Trainer(torch, spec_, _hf_model(torch, spec_), micro_batch, seed)
+    return Trainer(torch, spec_, _hf_model(torch, spec_, device), micro_batch,
+                   seed, device)
 
 
 def dynamic_modules(spec_):
