@@ -4,9 +4,11 @@
 Every row replays one workload through PyTorch's caching allocator, its
 expandable segments, a GMLake-style stitcher (simulated) and loom's real
 run-time allocator (fake driver), with loom's plan made from a *different*
-trace than the one measured: a perturbed copy of a snapshot (the plan comes
-from the unperturbed step), another seed of a built-in workload, or the first
-iterations of a recorded multi-iteration trace. The same row is replayed
+trace than the one measured: a perturbed copy of a snapshot or of a trace
+recorded on the H200 (the plan comes from the unperturbed one), another
+seed of a built-in workload, the first iterations of a recorded
+multi-iteration trace, or a CPU-recorded model at another micro-batch
+(planned from the default micro-batch's trace). The same row is replayed
 once more on the host backend with `--check-data` (real memory, every
 allocation stamped and verified at its free).
 
@@ -38,6 +40,10 @@ REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "bazel-bin/cli/loom_tool"
 SNAPSHOTS = REPO / "bench/data/pytorch_snapshots/raw"
 RECORDED = REPO / "bench/data/recorded"
+# Traces loom recorded on an H200 (bench/data/traces/gpu/README.md): several
+# training steps of four models at full size.
+GPU_TRACES = REPO / "bench/data/traces/gpu/h200_2026-11-26"
+GPU_MODELS = ("llama1b", "llama1b_recompute", "gpt2_interleaved", "moe")
 BASELINES = ("pytorch", "pytorch_expandable", "gmlake")
 MOE = ("moe", "moe_comm", "moe_dropless", "moe_capacity")
 
@@ -73,6 +79,24 @@ def full_suite(snapshot_traces):
     for trace in sorted(RECORDED.glob("*.ltb")):
         rows.append((f"recorded {trace.stem} planned from iterations 0-2",
                      str(trace), ["--plan-from", "first:3"]))
+    # The same models at another micro-batch (regenerate.sh --batch 1),
+    # served with the plan of the default micro-batch's trace: a user who
+    # changed the batch and kept the plan.
+    for trace in sorted((RECORDED / "batch1").glob("*.ltb")):
+        default = RECORDED / trace.name
+        if default.exists():
+            rows.append((f"recorded {trace.stem} at micro-batch 1 planned "
+                         "from micro-batch 2", str(trace),
+                         ["--plan-from", str(default)]))
+    # The H200's traces, perturbed as the snapshots are; the plan comes from
+    # the unperturbed trace.
+    for model in GPU_MODELS:
+        trace = GPU_TRACES / f"{model}.ltb"
+        for level in (1, 3, 10):
+            for seed in (1, 2):
+                p = f"drop={level}%,add={level}%,resize={level}%,seed={seed}"
+                rows.append((f"h200 {model} perturbed {level}% (seed {seed})",
+                             str(trace), ["--perturb", p]))
     return rows
 
 
@@ -145,7 +169,7 @@ def measure(label, spec, extra, time_limit):
     }
 
 
-MOE_ROW = ("moe", "mixtral", "qwen3_moe", "deepseek")
+MOE_ROW = ("moe", "mixtral", "qwen3_moe", "deepseek")  # also "h200 moe"
 
 
 def pct(x):
@@ -160,18 +184,31 @@ def driver_time(r, allocator):
     return f"{t['warmup_text']} / {t['steady_text'] or '-'}"
 
 
+# Issue 23's tolerance: planned loom may be this far (a fraction, 0.1
+# point) below the better of the best baseline and unplanned loom.
+TOLERANCE = 0.001
+
+
 def verdicts(r):
-    """The targets of the row: loom >= the best baseline, planned loom >=
-    unplanned loom, >= 98% on an MoE row, no corrupted allocation."""
+    """The targets of the row (issue 23): planned loom >= max(best
+    baseline, unplanned loom) - 0.1 point, >= 98% on an MoE row, no
+    corrupted allocation, no driver call in the steady state of a
+    multi-iteration row, warm-up driver time at most twice expandable
+    segments'. Also, without the tolerance: loom >= the best baseline,
+    planned >= unplanned."""
     e = r["efficiency"]
     best = e[r["best_baseline"]]
+    warmup = r["driver_time"]["loom"]["warmup_us"]
     out = {
+        "target": e["loom"] >= max(best, e["loom_unplanned"]) - TOLERANCE,
         "best": e["loom"] >= best - 1e-12,
         "unplanned": e["loom"] >= e["loom_unplanned"] - 1e-12,
         "corrupted": r["host_corrupted"] == 0 and r["host_data_checked"],
-        "calls": r["driver_calls"]["loom"] <=
-        2 * r["driver_calls"]["pytorch_expandable"],
+        "time": warmup <= 2 * r["driver_time"]["pytorch_expandable"][
+            "warmup_us"],
     }
+    if r["loom_steady_driver_calls"] is not None:
+        out["steady"] = r["loom_steady_driver_calls"] == 0
     if any(word in r["row"] for word in MOE_ROW):
         out["moe98"] = e["loom"] >= 0.98
     return out
@@ -179,10 +216,14 @@ def verdicts(r):
 
 def summary(results):
     lines = []
-    for key, what in (("best", "loom >= the best baseline"),
-                      ("calls", "loom's driver calls <= 2x expandable "
-                                "segments'"),
+    for key, what in (("target", "planned loom >= max(best baseline, "
+                                 "unplanned loom) - 0.1 point"),
+                      ("best", "loom >= the best baseline"),
                       ("unplanned", "planned loom >= unplanned loom"),
+                      ("time", "loom's warm-up driver time <= 2x expandable "
+                               "segments'"),
+                      ("steady", "no driver call in loom's last iteration "
+                                 "(multi-iteration rows)"),
                       ("moe98", "loom >= 98% on MoE rows"),
                       ("corrupted", "0 corrupted (host backend, "
                                     "--check-data)")):

@@ -10,6 +10,10 @@
 #                 the same steps on a GPU, recorded by loom (record mode),
 #                 into DIR: the references compare_gpu.py measures the CPU
 #                 recordings against
+#   bench/data/recorded/regenerate.sh --batch N [NAME...]
+#                 the same steps at micro-batch N instead of 2, into
+#                 batchN/ (same file names): the runs the plan-miss suite
+#                 (bench/misses) serves with the plan of the batch-2 trace
 #
 # The recordings are deterministic: the same torch and transformers
 # versions give the same files, byte for byte (the provenance names the
@@ -23,6 +27,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$ROOT"
 OUT=bench/data/recorded
 DEVICE=cpu
+BATCH=
 
 # name | arguments of ./loom record-cpu
 TRACES=(
@@ -44,10 +49,15 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --device) DEVICE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --batch) BATCH="$2"; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) names+=("$1"); shift ;;
   esac
 done
+if [[ -n "$BATCH" ]]; then
+  [[ "$BATCH" =~ ^[1-9][0-9]*$ ]] || { echo "--batch: a positive integer, not '$BATCH'" >&2; exit 2; }
+  OUT="$OUT/batch$BATCH"
+fi
 mkdir -p "$OUT"
 
 for entry in "${TRACES[@]}"; do
@@ -56,6 +66,7 @@ for entry in "${TRACES[@]}"; do
   if [[ ${#names[@]} -gt 0 && " ${names[*]} " != *" $name "* ]]; then
     continue
   fi
+  if [[ -n "$BATCH" ]]; then args="${args/--batch 2 /--batch $BATCH }"; fi
   extra=()
   if [[ "$DEVICE" != cpu ]]; then extra=(--device "$DEVICE"); fi
   # shellcheck disable=SC2086
