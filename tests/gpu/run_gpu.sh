@@ -29,11 +29,20 @@
 #     with CUDA activity): OUT/steptime.md (GPU busy and idle time per
 #     step, the kernels whose time changed most against torch, loom's
 #     waits, layout and host time), OUT/profiles.tar.xz
+#   step-time A/B (issue 21; at most 7 minutes, a call of its own):
+#     run(command="tests/gpu/run_gpu.sh ab $OUT", carry=[".gpu_pack"],
+#         timeout_s=480)
+#     moe and gpt2_interleaved under torch, expandable segments and loom,
+#     3 rounds of one process each in rotated orders, 5 warm-up and 30
+#     timed steps per process: OUT/ab.md (each ratio of median steps with a
+#     95% interval over rounds and steps, and the targets' verdicts)
 # Back here:
 #   tests/gpu/run_gpu.sh record DIR...   DIR/summary.md ->
 #                                   bench/results/gpu_tests.md;
 #                                   DIR/steptime.md ->
-#                                   bench/results/steptime.md; every
+#                                   bench/results/steptime.md;
+#                                   DIR/ab.md ->
+#                                   bench/results/steptime_ab.md; every
 #                                   DIR/results.jsonl (+ driver_costs.json) ->
 #                                   bench/results/gpu.md; DIR/traces.tar.xz ->
 #                                   bench/data/traces/gpu/
@@ -70,6 +79,9 @@ STEPTIME_OPTIONS=(--models gpt2_interleaved,llama1b
                   --allocators torch,expandable,loom,loom-chunk1,loom-chunk10
                   --steps 8 --warmup 3 --profile-steps 2 --budget 330
                   --run-timeout 120)
+# `ab`'s options, before the caller's.
+AB_OPTIONS=(--models moe,gpt2_interleaved --allocators torch,expandable,loom
+            --rounds 3 --steps 30 --warmup 5 --budget 420 --run-timeout 90)
 
 pack() {
   local targets=()
@@ -234,6 +246,14 @@ steptime() {
   verdict "$out" "tests/gpu/run_gpu.sh steptime"
 }
 
+ab() {
+  local out="${1:?usage: ab OUT [options]}"
+  shift
+  compare_run "$out" AB_OPTIONS "$@"
+  [[ -s "$out/ab.md" ]] || fail "no ab.md (see $out/log.txt)"
+  verdict "$out" "tests/gpu/run_gpu.sh ab"
+}
+
 pytest_files() {
   local out="${1:?usage: pytest OUT FILE...}"
   shift
@@ -255,6 +275,9 @@ record() {
     if [[ -f "$dir/steptime.md" ]]; then
       cp "$dir/steptime.md" bench/results/steptime.md && echo "recorded bench/results/steptime.md"
     fi
+    if [[ -f "$dir/ab.md" ]]; then
+      cp "$dir/ab.md" bench/results/steptime_ab.md && echo "recorded bench/results/steptime_ab.md"
+    fi
     [[ -f "$dir/results.jsonl" ]] && results+=("$dir/results.jsonl")
     [[ -f "$dir/driver_costs.json" ]] && costs=(--driver-costs "$dir/driver_costs.json")
     if [[ -f "$dir/traces.tar.xz" ]]; then
@@ -275,7 +298,8 @@ case "${1:-}" in
   run) shift; run "$@" ;;
   train) shift; train "$@" ;;
   steptime) shift; steptime "$@" ;;
+  ab) shift; ab "$@" ;;
   pytest) shift; pytest_files "$@" ;;
   record) shift; record "$@" ;;
-  *) sed -n '2,47p' "$0"; exit 2 ;;
+  *) sed -n '2,56p' "$0"; exit 2 ;;
 esac

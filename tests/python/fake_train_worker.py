@@ -9,7 +9,8 @@ there and reports FAKE_SNAPSHOT_RESERVED as the real peak reserved. Under
 loom a trace file is written in --workdir, as loom's auto mode does.
 FAKE_FAIL=model/allocator makes that run fail (exit 1); a loom run is
 "planned" unless FAKE_FALLBACK names its model (then "fallback", with the
-H200's reason). --profile-steps N adds a profile made by the real
+H200's reason). FAKE_STEP_NOISE=x scatters the step times uniformly within
++-x of the allocator's (seeded by --out, so reproducible). --profile-steps N adds a profile made by the real
 profile_steps.summarize() from a synthetic Kineto trace in which the GEMM
 takes GEMM_US[allocator] per step (and --profile-trace keeps that trace).
 """
@@ -18,6 +19,7 @@ import argparse
 import gzip
 import json
 import os
+import random
 import shutil
 import sys
 from pathlib import Path
@@ -90,7 +92,10 @@ def main(argv):
         result["efficiency"] = allocated / result["reserved_bytes.all.peak"]
         step_s = STEP_S.get(args.allocator, STEP_S["loom"])
         result["median_step_s"] = step_s
-        result["step_seconds"] = [step_s] * args.steps
+        noise = float(os.environ.get("FAKE_STEP_NOISE", "0"))
+        rng = random.Random(args.out)
+        result["step_seconds"] = [step_s * (1 + rng.uniform(-noise, noise))
+                                  for _ in range(args.steps)]
         if args.profile_steps:
             trace, profile_steps = synthetic_trace(args.allocator,
                                                    args.profile_steps)

@@ -21,6 +21,11 @@ run served its plan (a run in fallback is a failure, with its reason):
     snapshot imported (python3 -m loom import) and replayed by loom_tool
     compare's simulators, their peak reserved against the real one;
   - "skipped": what --budget seconds left no time for.
+--rounds N measures every model N times per allocator, one process each,
+the allocators in a rotated order each round, and writes DIR/ab.md
+(ab.py): each allocator's median step against torch's and expandable
+segments' with a 95% interval over rounds and steps, and the step-time
+targets' verdicts (met, missed, undecided).
 --profile-steps N adds N profiled steps to each measure run (worker.py,
 profile_steps.py) and writes DIR/steptime.md (steptime.py) and
 DIR/profiles.tar.xz (each run's GPU activities and step annotations).
@@ -51,6 +56,7 @@ import models  # noqa: E402  pylint: disable=wrong-import-position
 from models import ALLOCATORS, ALL_ALLOCATORS  # noqa: E402  pylint: disable=wrong-import-position
 from table import make_table, read_results, recipe_failures  # noqa: E402  pylint: disable=wrong-import-position
 from steptime import make_steptime  # noqa: E402  pylint: disable=wrong-import-position
+from ab import make_ab  # noqa: E402  pylint: disable=wrong-import-position
 SIMULATED = {"torch": "pytorch", "expandable": "pytorch_expandable"}
 
 
@@ -85,8 +91,9 @@ class Runner:
         return env
 
     def worker(self, kind, model, allocator, *, micro_batch=None, steps,
-               warmup, snapshot=None, extra=()):
-        """One worker run; returns its result dict (also recorded)."""
+               warmup, snapshot=None, extra=(), tags=None):
+        """One worker run; returns its result dict (also recorded, with
+        `tags` added)."""
         self.count += 1
         tag = f"{self.count:03d}-{model}-{allocator}"
         out = self.work / f"{tag}.json"
@@ -115,7 +122,8 @@ class Runner:
         except (OSError, ValueError):
             result = {"model": model, "allocator": allocator}
         result.update(kind=kind, returncode=returncode,
-                      wall_s=time.monotonic() - started, workdir=str(workdir))
+                      wall_s=time.monotonic() - started, workdir=str(workdir),
+                      **(tags or {}))
         if returncode != 0 and "error" not in result:
             result["error"] = (stderr or "")[-4000:]
         if kind == "probe":
@@ -186,8 +194,16 @@ def largest_fitting(probe, start, limit):
     return low, seen
 
 
-def measure(runner, model, allocators):
+def rotated(allocators, shift):
+    """The allocators' order in round `shift`: rotated by `shift`, so each
+    one runs first, second, ... in turn."""
+    shift %= len(allocators)
+    return list(allocators[shift:]) + list(allocators[:shift])
+
+
+def measure(runner, model, allocators, round_=None):
     args = runner.args
+    tags = None if round_ is None else {"round": round_}
     for allocator in allocators:
         if runner.left() < 30:
             runner.skipped("measure", model, allocator)
@@ -200,7 +216,7 @@ def measure(runner, model, allocators):
                      "--profile-trace",
                      str(profiles / f"{model}.{allocator}.json.gz")]
         runner.worker("measure", model, allocator, steps=args.steps,
-                      warmup=args.warmup, extra=extra)
+                      warmup=args.warmup, extra=extra, tags=tags)
 
 
 def search(runner, model, allocators):
@@ -326,6 +342,8 @@ def pack_traces(traces, tarball, limit=15 << 20):
 
 
 def cmd_run(args):
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds: at least 1, not {args.rounds}")
     args.models = parse_list(args.models, models.MODEL_NAMES, "model")
     args.allocators = parse_list(args.allocators, models.ALLOCATORS,
                                  "allocator", ALL_ALLOCATORS)
@@ -336,7 +354,12 @@ def cmd_run(args):
                    "date": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
                    "host": os.uname().nodename})
     for model in args.models:
-        measure(runner, model, args.allocators)
+        if args.rounds > 1:
+            for round_ in range(args.rounds):
+                measure(runner, model, rotated(args.allocators, round_),
+                        round_)
+        else:
+            measure(runner, model, args.allocators)
         if args.traces:
             keep_loom_trace(runner, model, traces)
         if args.search:
@@ -360,6 +383,10 @@ def cmd_run(args):
             shutil.rmtree(profiles, ignore_errors=True)
         text = make_steptime(lines)
         (runner.out / "steptime.md").write_text(text)
+        print(text)
+    if args.rounds > 1:
+        text = make_ab(lines)
+        (runner.out / "ab.md").write_text(text)
         print(text)
     # Loud: anything short of every run measured and every loom run served
     # from its plan fails the run (exit 1), and says why.
@@ -429,6 +456,9 @@ def parse_args(argv):
                      help="profile N steps after the timed ones "
                      "(torch.profiler, CUDA activity): DIR/steptime.md, "
                      "DIR/profiles.tar.xz")
+    run.add_argument("--rounds", type=int, default=1,
+                     help="measure each model N times per allocator, in "
+                     "rotated orders: DIR/ab.md (ratios with intervals)")
     run.add_argument("--scale", choices=("full", "tiny"), default="full")
     run.add_argument("--budget", type=float, default=540,
                      help="seconds; runs that would start later are skipped")
