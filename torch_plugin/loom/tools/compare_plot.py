@@ -214,8 +214,12 @@ def build_figure(series, title, extra_panels=(), captions=()):
         ax.set_title(f"{name}: peak reserved {_human(peak_res)}, "
                      f"efficiency {efficiency:.1%}", loc="left", fontsize=10)
         if t[-1] < last_time:
+            # The text on the side with room, inside the panel.
+            late = t[-1] > 0.6 * last_time
             ax.annotate("replay stopped: out of memory", xy=(t[-1], res[-1]),
-                        xytext=(8, -14), textcoords="offset points",
+                        xytext=(-8 if late else 8, -14),
+                        textcoords="offset points",
+                        ha="right" if late else "left", va="top",
                         color=_RESERVED, fontsize=9,
                         arrowprops={"arrowstyle": "->", "color": _RESERVED})
         ax.set_ylabel(f"memory ({unit_name})")
