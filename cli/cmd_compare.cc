@@ -53,6 +53,7 @@ int RunCompare(const Args& args) {
   bool check = false;
   double loom_time_limit = 10;
   std::string loom_plan_csv;
+  std::string rows_json;
   std::string plan_from, perturb_text;
   std::string builtins;
   for (const std::string& name : whatif::BuiltinWorkloadNames()) {
@@ -98,6 +99,9 @@ int RunCompare(const Args& args) {
                   "gmlake,loom,loom_unplanned (default: all)");
   flags.AddDouble("loom-time-limit", &loom_time_limit,
                   "seconds loom's planner may search (default 10)");
+  flags.AddString("rows-json", &rows_json,
+                  "also write the JSON list of rows to this file (what "
+                  "--plot's captions read)");
   flags.AddString("loom-plan-csv", &loom_plan_csv,
                   "write loom's plan (id,lower,upper,size,offset) here");
   flags.AddString(
@@ -270,6 +274,16 @@ int RunCompare(const Args& args) {
     if (!out) {
       std::fprintf(stderr, "loom compare: cannot write the series to '%s'\n",
                    series.c_str());
+      return 1;
+    }
+  }
+  if (!rows_json.empty()) {
+    std::ofstream out(rows_json);
+    out << whatif::FormatJson(*comparison);
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "loom compare: cannot write the rows to '%s'\n",
+                   rows_json.c_str());
       return 1;
     }
   }

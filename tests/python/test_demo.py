@@ -36,6 +36,16 @@ def test_demo_prints_every_allocator_and_writes_pictures(tmp_path, loom_tool):
         png = tmp_path / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert png.stat().st_size > 50_000
+    # On the MoE run loom unplanned holds less than planned loom; a note
+    # under that table says why, and under no table where it does not.
+    sections = {s.split(":")[0]: s for s in out.split("=== ")[1:-1]}
+    assert "why loom_unplanned is below loom" in sections["moe"]
+    assert "dynamic requests are served beside the plan's region" in \
+        " ".join(sections["moe"].split())
+    for name in ("llama1b_h200", "gpt2small_train_step"):
+        assert "why loom_unplanned" not in sections[name]
+    # The table explains its "own alloc peak" column.
+    assert "own alloc peak = " in sections["moe"]
     # The summary: a loom row planned from the very trace it is measured on
     # (its table says "oracle") says so; no other does.
     planned_from = {}

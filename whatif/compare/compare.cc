@@ -223,9 +223,13 @@ std::string FormatTable(const Comparison& c) {
   }
   out +=
       "\npeak alloc = peak of live requested bytes (the same trace for "
-      "all);\nefficiency = peak alloc / peak reserved; driver = driver "
-      "calls made;\ndriver time = what those calls take at the measured "
-      "per-call costs below.\n\ndriver calls by kind:\n";
+      "all);\nown alloc peak = peak of the allocator's own allocated bytes "
+      "(the blocks it handed out: its\n  rounding and unsplit remainders "
+      "included);\npeak reserved = peak of physical "
+      "memory held; efficiency = peak alloc / peak reserved;\n"
+      "fragmentation = 1 - efficiency; driver = driver calls made;\n"
+      "driver time = what those calls take at the measured per-call costs "
+      "below.\n\ndriver calls by kind:\n";
   for (const ReplayResult& r : c.rows) {
     out +=
         fmt::format("  {:<20} {}\n", r.allocator, CallsByKind(r.driver_calls));

@@ -1,10 +1,15 @@
 """`loom compare`: the allocator comparison, with `--plot out.png`.
 
 Everything is computed by `loom_tool compare` (C++); this module only adds
-the picture: it runs loom_tool with `--series` into a temporary CSV and
-draws memory over time for every allocator (live requested bytes, the
-allocator's allocated bytes and its reserved physical memory), plus a bar
-summary of the peaks. The PNG is written with matplotlib's Agg backend, so
+the picture: it runs loom_tool with `--series` (and `--rows-json`, for the
+caption) into temporary files and draws memory over time for every
+allocator (live requested bytes, the allocator's allocated bytes and its
+reserved physical memory; time in trace events, numbered on every panel),
+plus a bar summary of the peaks. The legend has a row of its own above the
+panels and lists only the marks drawn (iteration boundaries only when the
+trace has any); a caption under the panels says what each allocator row is,
+where loom's plan came from, and why loom unplanned holds less than planned
+loom when it does (`caption_lines`). The PNG is written with matplotlib's Agg backend, so
 no display is needed. Other options and the table/JSON output of loom_tool
 pass through unchanged; the plot never goes to stdout. Without matplotlib
 (the `plots` extra) the table is printed, then one line says the picture
@@ -19,6 +24,7 @@ import csv
 import os
 import sys
 import tempfile
+import textwrap
 from collections import OrderedDict
 
 from loom import _extras
@@ -81,13 +87,93 @@ def _human(value):
     return f"{value / size:.2f} {name}" if name != "B" else f"{value} B"
 
 
-def plot_series(series, out_path, title, extra_panels=()):
-    """Draws `series` (from read_series) into the PNG `out_path`."""
+# What each allocator row is, for the caption under the picture.
+ROW_MEANINGS = {
+    "pytorch": "PyTorch's caching allocator (its rules replayed, default "
+               "settings unless --alloc-conf)",
+    "pytorch_expandable": "the same with expandable_segments:True "
+                          "(one growing virtual range, 20 MiB pages)",
+    "gmlake": "a GMLake-style stitcher (freed blocks stitched into larger "
+              "ones by remapping)",
+    "loom": "loom serving its plan (a fixed address per planned request); "
+            "what the plan does not cover goes to its dynamic space",
+    "loom_unplanned": "loom with no plan: every request from its dynamic "
+                      "space (best fit over virtual addresses, pages "
+                      "mapped on demand)",
+}
+
+TIME_LABEL = "time (trace events: each allocation or free is one)"
+
+
+def caption_lines(names, rows=None):
+    """One line per allocator row saying what it is; with `rows` (compare's
+    JSON rows) loom's line says where its plan came from and how many
+    requests its dynamic space served, and a last line says why loom
+    unplanned is below planned loom where it is."""
+    by_name = {r.get("allocator"): r for r in rows or ()}
+    lines = []
+    for name in names:
+        text = ROW_MEANINGS.get(name, "")
+        row = by_name.get(name, {})
+        counters = row.get("counters") or {}
+        if name == "loom" and row.get("plan_from"):
+            text = f"loom serving its plan, planned from {row['plan_from']}"
+            dynamic = counters.get("dynamic_requests", 0)
+            if dynamic:
+                text += (f"; {dynamic} requests of modules marked dynamic "
+                         f"(sizes change every iteration) from its dynamic "
+                         f"space beside the plan's region")
+        if text:
+            lines.append(f"{name}: {text}")
+    note = unplanned_note(rows)
+    if note:
+        lines.append(note)
+    return lines
+
+
+def unplanned_note(rows):
+    """Why loom unplanned holds less than planned loom, when it does and
+    the reason is the dynamic requests (None otherwise)."""
+    by_name = {r.get("allocator"): r for r in rows or ()}
+    loom, unplanned = by_name.get("loom"), by_name.get("loom_unplanned")
+    if not loom or not unplanned:
+        return None
+    if unplanned["peak_reserved_bytes"] >= loom["peak_reserved_bytes"]:
+        return None
+    points = 100 * (unplanned["efficiency"] - loom["efficiency"])
+    gap = _human(loom["peak_reserved_bytes"] - unplanned["peak_reserved_bytes"])
+    dynamic = (loom.get("counters") or {}).get("dynamic_requests", 0)
+    if dynamic:
+        return (f"why loom_unplanned is below loom ({gap}, {points:.2f} "
+                f"points): loom's {dynamic} dynamic requests are served "
+                f"beside the plan's region; they may borrow the region's "
+                f"memory only in whole chunks that stay idle until they end, "
+                f"and otherwise take new memory held next to the region. "
+                f"loom_unplanned serves every request from one space, so "
+                f"nothing is held apart (bench/results/misses.md)")
+    return (f"why loom_unplanned is below loom ({gap}, {points:.2f} points): "
+            f"the plan's layout holds granules this run leaves partly empty "
+            f"(bench/results/misses.md)")
+
+
+def build_figure(series, title, extra_panels=(), captions=()):
+    """The figure for `series` (from read_series), not yet saved.
+
+    Layout, top to bottom: a legend row (outside every data area), one
+    memory-over-time panel per allocator (time axis numbered on each, in
+    trace events) with the peaks beside them, the `extra_panels`, and a
+    caption row with the `captions` lines (what each allocator row is).
+    """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     names = list(series)
+    captions = [textwrap.fill(line, 150, subsequent_indent="    ")
+                for line in captions]
+    caption_count = sum(line.count("\n") + 1 for line in captions)
     rows = len(names) + len(extra_panels)
     peak_reserved = max(max(c["reserved_bytes"], default=0)
                         for c in series.values())
@@ -96,70 +182,108 @@ def plot_series(series, out_path, title, extra_panels=()):
     unit_name, unit = _unit(max(peak_reserved, peak_requested, 1))
     last_time = max(c["time"][-1] for c in series.values())
 
-    fig = plt.figure(figsize=(12, 2.4 * rows + 1.4), constrained_layout=True)
-    grid = fig.add_gridspec(rows, 2, width_ratios=(4.2, 1.3))
+    caption_height = 0.17 * caption_count + 0.15 if captions else 0.01
+    heights = [0.45] + [2.4] * rows + [caption_height]
+    fig = plt.figure(figsize=(12, sum(heights) + 1.2),
+                     constrained_layout=True)
+    grid = fig.add_gridspec(rows + 2, 2, width_ratios=(4.2, 1.3),
+                            height_ratios=heights)
     first = None
+    boundaries = False
+    memory_axes = []
     for row, name in enumerate(names):
         cols = series[name]
-        ax = fig.add_subplot(grid[row, 0], sharex=first, sharey=first)
+        ax = fig.add_subplot(grid[row + 1, 0], sharex=first, sharey=first)
+        memory_axes.append(ax)
         first = first or ax
         t = cols["time"]
         req = [v / unit for v in cols["requested_bytes"]]
         alloc = [v / unit for v in cols["allocated_bytes"]]
         res = [v / unit for v in cols["reserved_bytes"]]
-        ax.fill_between(t, 0, req, step="post", color=_REQUESTED, lw=0,
-                        label="live requested (program)")
-        ax.step(t, alloc, where="post", color=_ALLOCATED, lw=1.0,
-                label="allocated (allocator's blocks)")
-        ax.step(t, res, where="post", color=_RESERVED, lw=1.6,
-                label="reserved (physical memory)")
+        ax.fill_between(t, 0, req, step="post", color=_REQUESTED, lw=0)
+        ax.step(t, alloc, where="post", color=_ALLOCATED, lw=1.0)
+        ax.step(t, res, where="post", color=_RESERVED, lw=1.6)
         iterations = cols["iteration"]
         for i in range(1, len(iterations)):
             if iterations[i] != iterations[i - 1]:
-                ax.axvline(t[i], color="0.6", lw=0.7, ls=":")
+                ax.axvline(t[i], color="0.45", lw=0.8, ls=":")
+                boundaries = True
         peak_res = max(cols["reserved_bytes"])
         peak_req = max(cols["requested_bytes"])
         efficiency = peak_req / peak_res if peak_res else 1.0
         ax.set_title(f"{name}: peak reserved {_human(peak_res)}, "
                      f"efficiency {efficiency:.1%}", loc="left", fontsize=10)
         if t[-1] < last_time:
+            # The text on the side with room, inside the panel.
+            late = t[-1] > 0.6 * last_time
             ax.annotate("replay stopped: out of memory", xy=(t[-1], res[-1]),
-                        xytext=(8, -14), textcoords="offset points",
+                        xytext=(-8 if late else 8, -14),
+                        textcoords="offset points",
+                        ha="right" if late else "left", va="top",
                         color=_RESERVED, fontsize=9,
                         arrowprops={"arrowstyle": "->", "color": _RESERVED})
-        ax.set_ylabel(unit_name)
+        ax.set_ylabel(f"memory ({unit_name})")
         ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
-        if row == 0:
-            ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
-        if row < len(names) - 1 or extra_panels:
-            ax.tick_params(labelbottom=False)
+        ax.set_ylim(bottom=0, top=max(peak_reserved, peak_requested, 1)
+                    / unit * 1.08)
+        ax.tick_params(labelbottom=True, labelsize=8)
     first.set_xlim(0, max(last_time, 1))
-    bottom = fig.axes[len(names) - 1]
-    bottom.set_xlabel("time (trace event; dotted lines: iterations)")
+    memory_axes[-1].set_xlabel(TIME_LABEL)
 
     for i, draw in enumerate(extra_panels):
-        draw(fig.add_subplot(grid[len(names) + i, :]))
+        draw(fig.add_subplot(grid[len(names) + 1 + i, :]))
 
-    bars = fig.add_subplot(grid[0:len(names), 1])
+    bars = fig.add_subplot(grid[1:len(names) + 1, 1])
     peaks = [max(series[n]["reserved_bytes"]) / unit for n in names]
     positions = range(len(names))
-    bars.barh(positions, peaks, height=0.55, color=_RESERVED, alpha=0.85,
-              label="peak reserved")
-    bars.axvline(peak_requested / unit, color=_ALLOCATED, lw=1.5, ls="--",
-                 label="peak live requested")
+    bars.barh(positions, peaks, height=0.55, color=_RESERVED, alpha=0.85)
+    bars.axvline(peak_requested / unit, color=_ALLOCATED, lw=1.5, ls="--")
     for y, value in zip(positions, peaks):
         bars.text(value, y, f" {value:.2f}", va="center", fontsize=8)
     bars.set_yticks(list(positions))
     bars.set_yticklabels(names, fontsize=9)
     bars.invert_yaxis()
-    bars.set_xlabel(unit_name)
+    bars.set_xlabel(f"peak memory ({unit_name})")
     bars.set_xlim(0, max(peaks + [peak_requested / unit]) * 1.25)
     bars.set_title("peaks", fontsize=10)
-    bars.legend(loc="lower right", fontsize=7)
     bars.grid(axis="x", alpha=0.3)
 
+    # The legends, in a row of their own above the panels: nothing covers
+    # data, and only marks the picture has are listed.
+    handles = [Patch(color=_REQUESTED, label="live requested (the program)"),
+               Line2D([], [], color=_ALLOCATED, lw=1.0,
+                      label="allocated (the allocator's blocks)"),
+               Line2D([], [], color=_RESERVED, lw=1.6,
+                      label="reserved (physical memory held)")]
+    if boundaries:
+        handles.append(Line2D([], [], color="0.45", lw=0.8, ls=":",
+                              label="iteration boundary"))
+    key = fig.add_subplot(grid[0, 0])
+    key.axis("off")
+    key.legend(handles=handles, loc="center", ncol=len(handles), fontsize=8,
+               frameon=False)
+    peak_key = fig.add_subplot(grid[0, 1])
+    peak_key.axis("off")
+    peak_key.legend(handles=[
+        Patch(color=_RESERVED, alpha=0.85, label="peak reserved"),
+        Line2D([], [], color=_ALLOCATED, lw=1.5, ls="--",
+               label="peak live requested")],
+        loc="center", ncol=1, fontsize=7, frameon=False)
+
+    caption = fig.add_subplot(grid[rows + 1, :])
+    caption.axis("off")
+    if captions:
+        caption.text(0, 1, "\n".join(captions), va="top", ha="left",
+                     fontsize=8, transform=caption.transAxes, wrap=False)
+
     fig.suptitle(title, fontsize=12)
+    return fig
+
+
+def plot_series(series, out_path, title, extra_panels=(), captions=()):
+    """Draws `series` (from read_series) into the PNG `out_path`."""
+    import matplotlib.pyplot as plt
+    fig = build_figure(series, title, extra_panels, captions)
     fig.savefig(out_path, dpi=120)
     plt.close(fig)
 
@@ -217,6 +341,17 @@ def read_plan_csv(path):
     return rows
 
 
+def read_rows(path):
+    """compare's JSON rows written by --rows-json, or [] if unreadable."""
+    import json
+    try:
+        with open(path, encoding="utf-8") as handle:
+            rows = json.load(handle)
+    except (OSError, ValueError):
+        return []
+    return rows if isinstance(rows, list) else []
+
+
 def plan_panel(buffers, max_boxes=20000):
     """A panel drawer: loom's plan as a time x address map (one box per
     buffer: its lifetime across, its bytes up), the largest buffers first
@@ -238,8 +373,9 @@ def plan_panel(buffers, max_boxes=20000):
         ax.set_xlim(min((b[0] for b in boxes), default=0),
                     max((b[1] for b in boxes), default=1))
         ax.set_ylim(0, top / scale * 1.02)
-        ax.set_ylabel(unit)
-        ax.set_xlabel("time (trace event, relative to the planned span)")
+        ax.set_ylabel(f"address ({unit})")
+        ax.set_xlabel("time (trace events, counted from the start of the "
+                      "planned span)")
         ax.set_title(f"loom's plan: {len(buffers)} buffers placed in "
                      f"{top / scale:.2f} {unit} (time x address)", loc="left")
     return draw
@@ -274,6 +410,8 @@ def run(args, run_tool):
     temporary = None
     handle, plan_csv = tempfile.mkstemp(prefix="loom-plan-", suffix=".csv")
     os.close(handle)
+    handle, rows_json = tempfile.mkstemp(prefix="loom-rows-", suffix=".json")
+    os.close(handle)
     if series_path is None:
         handle, temporary = tempfile.mkstemp(prefix="loom-series-",
                                              suffix=".csv")
@@ -281,7 +419,8 @@ def run(args, run_tool):
         series_path = temporary
     try:
         code = run_tool(["compare", *args, "--series", series_path,
-                         "--loom-plan-csv", plan_csv])
+                         "--loom-plan-csv", plan_csv,
+                         "--rows-json", rows_json])
         if code != 0:
             return code
         try:
@@ -294,7 +433,9 @@ def run(args, run_tool):
         try:
             buffers = read_plan_csv(plan_csv)
             panels = [plan_panel(buffers)] if buffers else []
-            plot_series(series, plot_path, title, extra_panels=panels)
+            plot_series(series, plot_path, title, extra_panels=panels,
+                        captions=caption_lines(list(series),
+                                               read_rows(rows_json)))
         except OSError as error:
             print(f"loom compare: cannot write {plot_path}: {error.strerror}",
                   file=sys.stderr)
@@ -302,6 +443,6 @@ def run(args, run_tool):
         print(f"loom compare: plot written to {plot_path}", file=sys.stderr)
         return 0
     finally:
-        for path in (temporary, plan_csv):
+        for path in (temporary, plan_csv, rows_json):
             if path is not None and os.path.exists(path):
                 os.unlink(path)

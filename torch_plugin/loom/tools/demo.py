@@ -8,8 +8,10 @@ allocator (measured.json). Then `loom compare --plot` on a real PyTorch
 training step (a memory snapshot shipped as a loom trace in
 bench/data/traces/) and on a generated MoE training run whose expert sizes
 change every iteration. Prints each table and a summary (a loom row planned
-from the very trace it is measured on says "oracle"), and writes one picture
-per workload. Without matplotlib (the `plots` extra) the tables are printed
+from the very trace it is measured on says "oracle"; where loom unplanned
+holds less than planned loom, as on the MoE run, a note under the table says
+why), and writes one picture per workload (captioned: what each allocator
+row is). Without matplotlib (the `plots` extra) the tables are printed
 all the same and one line at the end says the pictures were skipped and
 how to get them.
 """
@@ -19,10 +21,12 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from loom import _extras
 from loom import _paths
+from loom.tools import compare_plot
 
 H200_RUN = "bench/data/traces/gpu/h200_2026-11-26"
 
@@ -157,6 +161,9 @@ def main(argv):
             print(table.stdout)
             if workload.measured is not None:
                 print("\n".join(measured_lines(workload, parsed)) + "\n")
+            note = compare_plot.unplanned_note(parsed)
+            if note:
+                print(textwrap.fill(note, 100) + "\n")
             if pictures:
                 print(f"picture: {picture}\n")
         for row in parsed:
