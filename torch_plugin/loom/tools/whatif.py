@@ -76,6 +76,10 @@ def parser():
                    "batch that fits")
     p.add_argument("--max-batch", type=record_cpu_cli.positive_int, default=None,
                    help="--model: the largest batch tried (default 64)")
+    p.add_argument("--snapshot", metavar="FILE", default=None,
+                   help="--model: write the step recorded at --batch as a "
+                   "PyTorch memory snapshot (pytorch.org/memory_viz), each "
+                   "request's frames its module stack")
     p.add_argument("--loom-time-limit", type=float, default=None,
                    metavar="SECONDS",
                    help="seconds loom's planner may search (default 10)")
@@ -87,8 +91,11 @@ def parser():
 
 def _check(p, args):
     """The combination of the two forms' options."""
+    if args.config is not None and args.model is None:
+        args.model = ""  # the --model form: --config names the type
     if args.input is None and args.model is None:
-        raise UsageError("give a snapshot or trace, or --model TYPE")
+        raise UsageError("give a snapshot or trace, or --model TYPE "
+                         "(or --config FILE)")
     if args.input is not None and args.model is not None:
         raise UsageError(f"give a snapshot or trace ({args.input}) or "
                          f"--model, not both")
@@ -100,6 +107,8 @@ def _check(p, args):
                              f"the step of --model, which is not given")
         if args.max_batch is not None:
             raise UsageError("--max-batch needs --model and --device-memory")
+        if args.snapshot is not None:
+            raise UsageError("--snapshot needs --model (the step recorded)")
     else:
         if args.snapshot_device is not None:
             raise UsageError("--snapshot-device needs a snapshot, not "
