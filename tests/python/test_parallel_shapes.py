@@ -187,9 +187,12 @@ def fixture_what_if(tmp_path_factory):
     (tmp_path / "config.json").write_text(json.dumps(config))
     result = _cli(tmp_path, "what-if", "--config", "config.json", "--seq",
                   "16", "--steps", "2", "--tp", "2", "--json",
-                  "--snapshot", "step.pickle")
+                  "--snapshot", "step.pickle", "--device-memory", "1GiB",
+                  "--max-batch", "2")
     assert result.returncode == 0, result.stderr
-    assert "recording batch 2" in result.stderr  # progress on stderr
+    # Progress on stderr: the search's recordings.
+    assert "recording batch 1" in result.stderr
+    assert "batch 1: peak allocated" in result.stderr
     return tmp_path, json.loads(result.stdout)
 
 
@@ -223,7 +226,15 @@ def test_json_schema(what_if):
     peak = found["peak"]
     assert peak["peak_live_bytes"] == found["workload"]["peak_live_bytes"]
     assert set(peak) == {"peak_live_bytes", "iteration", "phase", "modules",
-                         "others_bytes"}
+                         "others_bytes", "layers"}
+    # A layer's row holds at least the modules shown inside it.
+    assert sum(r["bytes"] for r in peak["layers"]) <= \
+        peak["peak_live_bytes"]
+    for layer in peak["layers"]:
+        inside = sum(r["bytes"] for r in peak["modules"]
+                     if r["module"] == layer["module"]
+                     or r["module"].startswith(layer["module"] + "."))
+        assert layer["bytes"] >= inside
     assert sum(r["bytes"] for r in peak["modules"]) + \
         peak["others_bytes"] == peak["peak_live_bytes"]
     assert all(set(r) == {"module", "bytes", "requests"}
@@ -248,3 +259,33 @@ def test_snapshot_is_read_by_pytorch_s_memory_viz(what_if):
     names = {f["name"] for e in allocs for f in e["frames"]}
     assert "model.layers.0.mlp.up_proj" in names and "(set-up)" in names
     assert all(e["frames"] for e in allocs)
+
+
+def _mlp():
+    return torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(),
+                               torch.nn.Linear(1024, 256))
+
+
+MLP_PARAM_BYTES = (256 * 1024 + 1024 + 1024 * 256 + 256) * 4
+
+
+def test_predict_answers_for_a_factory_of_one_s_own(loom_tool):
+    del loom_tool
+    # pylint: disable-next=import-outside-toplevel
+    from loom.tools import predict
+    found = predict.what_if(_mlp, lambda b: torch.randn(b, 256), batch=2,
+                            device_memory="64MiB", max_batch=4, steps=3)
+    assert found["workload"]["iterations"] == 3
+    assert found["workload"]["setup_bytes"] == MLP_PARAM_BYTES
+    for row in found["allocators"]:
+        assert row["largest_batch"] == 4 and row["at_max_batch"]
+    assert [b["batch"] for b in found["search"]["batches"]] == [1, 2, 4]
+    held = {r["module"] for r in found["peak"]["modules"]}
+    assert {"(set-up)", "(optimizer)"} <= held  # AdamW's first step
+    # ZeRO-1 over 2 ranks: AdamW's 2P of state becomes P.
+    ends = []
+    for zero, dp in ((0, 1), (1, 2)):
+        rec = predict.record_module(_mlp, lambda b: torch.randn(b, 256), 2,
+                                    steps=2, zero=zero, dp=dp)
+        ends.append(_live_at_phase(rec.trace, 1, "optimizer")[1])
+    assert ends == [3 * MLP_PARAM_BYTES, 2 * MLP_PARAM_BYTES]

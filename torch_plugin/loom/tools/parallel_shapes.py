@@ -233,14 +233,49 @@ class _Ids:
     """Request ids (and element sizes) of what ZeRO shards, seen while the
     step runs: the parameters, the gradients the optimizer reads."""
 
-    def __init__(self):
+    def __init__(self, params=(), optimizer=None, zero=0, unit_bytes=0):
         self.params = {}      # request id -> element size
         self.grads = {}
-        self.unit_bytes = 0   # the largest decoder layer's parameters
+        self.unit_bytes = unit_bytes  # the largest layer's parameters
+        self._tensors = list(params)
+        self._zero = zero
+        if optimizer is not None and zero >= 2:
+            optimizer.register_step_pre_hook(self._before_step)
+        self._recorder = None
+
+    def start(self, recorder):
+        """Recording has started: the parameters' set-up requests."""
+        self._recorder = recorder
+        if self._zero >= 3:
+            for param in self._tensors:
+                request = recorder.request_of(param)
+                if request is not None:
+                    self.params[request] = param.element_size()
+            if not self.unit_bytes:
+                self.unit_bytes = max(
+                    (p.numel() * p.element_size() for p in self._tensors),
+                    default=0)
+
+    def _before_step(self, *_):
+        if self._recorder is None:
+            return
+        for param in self._tensors:
+            if param.grad is not None:
+                request = self._recorder.request_of(param.grad)
+                if request is not None:
+                    self.grads[request] = param.grad.element_size()
+
+
+def record_ids(params, optimizer, zero):
+    """What shard_trace needs of a step that `optimizer` steps over
+    `params` (ZeRO stage `zero`): call `.start(recorder)` once recording
+    has begun. ZeRO-3's gathered unit is the largest parameter."""
+    return _Ids(params, optimizer, zero)
 
 
 def _layer_units(trainer):
-    """Bytes of parameters per decoder layer and of the rest."""
+    """The largest FSDP unit's parameter bytes: a decoder layer, or the
+    rest (embedding, head, norms)."""
     model = trainer.model
     base = getattr(model, getattr(model, "base_model_prefix", ""), None)
     layers = list(getattr(base, "layers", []) or [])
@@ -259,31 +294,19 @@ def _layer_units(trainer):
     return max(units)
 
 
-def _prepare(parallel, ids):
-    """The hook record_cpu_cli.record_steps calls before the first step."""
+def _prepare(parallel, found):
+    """The hook record_cpu_cli.record_steps calls before the first step;
+    found[0] becomes the step's _Ids."""
     def prepare(trainer, recorder):
         import torch  # pylint: disable=import-outside-toplevel
         params = trainer.parameters
         if parallel.optimizer == "sgd":
             trainer.optimizer = torch.optim.SGD(params, lr=1e-4,
                                                 momentum=0.9, foreach=True)
-        if parallel.zero < 2:
-            return
-        if parallel.zero >= 3:
-            for param in params:
-                request = recorder.request_of(param)
-                if request is not None:
-                    ids.params[request] = param.element_size()
-            ids.unit_bytes = _layer_units(trainer)
-
-        def before_step(*_):
-            for param in params:
-                if param.grad is not None:
-                    request = recorder.request_of(param.grad)
-                    if request is not None:
-                        ids.grads[request] = param.grad.element_size()
-
-        trainer.optimizer.register_step_pre_hook(before_step)
+        ids = _Ids(params, trainer.optimizer, parallel.zero,
+                   _layer_units(trainer) if parallel.zero >= 3 else 0)
+        ids.start(recorder)
+        found.append(ids)
     return prepare
 
 
@@ -293,10 +316,11 @@ def record_steps(spec, parallel, steps, dynamic=(), argv=(),
     ZeRO rewrite (shard_trace); returns a Recording."""
     # pylint: disable-next=import-outside-toplevel
     from loom.tools import record_cpu_cli
-    ids = _Ids()
+    found = []
     recorder = record_cpu_cli.record_steps(
         spec, steps, dynamic, argv, command=command,
-        prepare=_prepare(parallel, ids))
+        prepare=_prepare(parallel, found))
+    ids = found[0]
     trace = recorder.trace
     trace.provenance = (trace.provenance or "") + f" | {parallel.describe()}"
     return shard_trace(trace, parallel, ids)

@@ -9,7 +9,9 @@ its innermost open module (qualified name), or, outside every module
 marker, "(set-up)" before the first iteration, else "(<phase>)" (a CPU
 recording marks modules in the forward; in the backward only dynamic
 ones, so most gradients are "(backward)"; the optimizer's state is
-"(optimizer)").
+"(optimizer)"). `layers` groups the same requests by decoder layer: a
+name inside `<...>.layers.<i>` (or `.h.<i>`, `.blocks.<i>`) counts for
+that layer.
 
 write_snapshot(trace, path) is loom.tools.snapshot_export's export (first
 fit addresses, one segment per run of touched granules) with every alloc
@@ -19,6 +21,7 @@ which pytorch.org/memory_viz shows as `phase:iteration:module`.
 """
 
 import pickle
+import re
 
 from loom.tools import snapshot_export
 from loom.tools import trace as loom_trace
@@ -47,6 +50,20 @@ def _origins(trace):
             yield event, tuple(stack), where or "step", iteration
 
 
+_LAYER = re.compile(r"(.*?\.(?:layers|h|blocks)\.\d+)(?:\.|$)")
+
+
+def _layer(label):
+    match = _LAYER.match(label)
+    return match.group(1) if match else label
+
+
+def _rows(groups):
+    return sorted(({"module": label, "bytes": b, "requests": n}
+                   for label, (b, n) in groups.items()),
+                  key=lambda r: (-r["bytes"], r["module"]))
+
+
 def _label(stack, where):
     return stack[-1] if stack else f"({where})"
 
@@ -55,7 +72,7 @@ def holders(trace, top=10):
     """The requests live at the trace's peak, by where they were made:
     {peak_live_bytes, iteration, phase (at the peak), modules: [{module,
     bytes, requests}] largest first (`top` of them; 0: all), others_bytes
-    (the rest)}."""
+    (the rest), layers: the same grouped by decoder layer (`top`)}."""
     live = peak = 0
     peak_index = -1
     sizes = {}
@@ -79,18 +96,19 @@ def holders(trace, top=10):
             phase = event.name
         elif event.kind == loom_trace.ITER_BEGIN:
             iteration = event.id
-    groups = {}
+    groups, layers = {}, {}
     for size, label in alive.values():
-        entry = groups.setdefault(label, [0, 0])
-        entry[0] += size
-        entry[1] += 1
-    rows = sorted(({"module": label, "bytes": b, "requests": n}
-                   for label, (b, n) in groups.items()),
-                  key=lambda r: (-r["bytes"], r["module"]))
+        for table, key in ((groups, label), (layers, _layer(label))):
+            entry = table.setdefault(key, [0, 0])
+            entry[0] += size
+            entry[1] += 1
+    rows = _rows(groups)
     shown = rows[:top] if top else rows
+    by_layer = _rows(layers)
     return {"peak_live_bytes": peak, "iteration": iteration, "phase": phase,
             "modules": shown,
-            "others_bytes": sum(r["bytes"] for r in rows[len(shown):])}
+            "others_bytes": sum(r["bytes"] for r in rows[len(shown):]),
+            "layers": by_layer[:top] if top else by_layer}
 
 
 def _frames(stack, where, iteration):

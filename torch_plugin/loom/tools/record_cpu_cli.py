@@ -8,7 +8,12 @@ recorded as a loom trace (loom.tools.record_cpu, loom.tools.cpu_models).
                   [--dtype fp32|bf16|bf16-pure] [--attn IMPL]
                   [--experts IMPL] [--dynamic PATTERN] [--full-size]
                   [--seed N] [--device cpu|cuda] [--json]
+                  [--config FILE] [--tp N] [--pp N] [--dp N --zero S]
+                  [--optimizer adamw|sgd]
                   -o out.ltb|out.ltt
+
+--config, --tp, --pp (= --stages), --dp/--zero and --optimizer: one rank
+of a multi-GPU job (loom.tools.parallel_shapes).
 
 Prints one line: the file, requests, iterations, requests per iteration,
 peak live bytes, seconds (with --json, that summary as a JSON object).

@@ -8,12 +8,15 @@ Two forms:
       comparison of PyTorch's caching allocator, expandable segments, a
       GMLake-style stitcher and loom on that same trace
 
-  loom what-if --model TYPE [record-cpu's model options] [--device-memory
-               SIZE [--max-batch N]]
+  loom what-if --model TYPE|--config FILE [record-cpu's model options,
+               --tp/--pp/--dp/--zero/--optimizer] [--device-memory SIZE
+               [--max-batch N]] [--snapshot FILE]
       a model's training steps recorded on the CPU (loom record-cpu's
       options), every allocator's predicted peak reserved memory, and for a
       device size the largest micro-batch that fits under each allocator
-      (loom.tools.whatif_model, loom.tools.predict)
+      (loom.tools.whatif_model, loom.tools.predict), which modules hold
+      the peak (loom.tools.peak_modules), one rank of a multi-GPU job
+      (loom.tools.parallel_shapes)
 
 `--json` prints the result as JSON in both forms.
 """

@@ -6,6 +6,10 @@ loom.tools.record_cpu_cli), then every allocator on the recorded trace
 each (recorded at batch 1, 2, 4, ... while anything fits, up to
 --max-batch, then bisected; every recording replayed under the device
 size). Prints a table, or JSON with --json; progress goes to stderr.
+With --tp/--pp/--dp/--zero one rank of a multi-GPU job is recorded
+(loom.tools.parallel_shapes); the modules holding the peak are listed, and
+--snapshot writes the step as a memory_viz snapshot
+(loom.tools.peak_modules).
 
 Exit status 2 for bad arguments (an unknown model type, a --set key the
 config lacks, ...), 1 when a step, the comparison or the plot fails, or
@@ -56,7 +60,8 @@ class _Recordings:
     def __call__(self, batch):
         if batch not in self.by_batch:
             started = time.time()
-            print(f"{PROG}: recording batch {batch}", file=sys.stderr)
+            if self.by_batch:  # the search (the first fails in one line)
+                print(f"{PROG}: recording batch {batch}", file=sys.stderr)
             recorder = parallel_shapes.record_steps(
                 dataclasses.replace(self.spec, batch=batch), self.parallel,
                 self.args.steps, self.args.dynamic, self.argv,
@@ -211,8 +216,8 @@ def _print_extra(result):
               f"{result['optimizer']}")
     peak = result["peak"]
     print(f"at the peak ({_human(peak['peak_live_bytes'])} live, iteration "
-          f"{peak['iteration']}, {peak['phase']}), made in:")
-    for row in peak["modules"][:6]:
+          f"{peak['iteration']}, {peak['phase']}), made in (by layer; --json: by module too):")
+    for row in peak["layers"][:6]:
         print(f"  {_human(row['bytes']):>11}  {row['module']} "
               f"({row['requests']} requests)")
     if result["snapshot"]:
