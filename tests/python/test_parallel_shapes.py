@@ -17,7 +17,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from loom.tools import cpu_models  # noqa: E402
-from loom.tools import parallel_shapes  # noqa: E402
 from loom.tools import record_cpu_cli  # noqa: E402
 from loom.tools import trace as loom_trace  # noqa: E402
 
@@ -30,8 +29,8 @@ def _record(*options, steps=2):
     args = record_cpu_cli.parser().parse_args(
         ["--model", "llama", "--set", SIZES, "--seq", "16", "-o", "unused",
          *options])
-    spec, parallel = parallel_shapes.spec_from_args(args)
-    return spec, parallel_shapes.record_steps(spec, parallel, steps)
+    spec, parallel = record_cpu_cli.rank_spec_from_args(args)
+    return spec, record_cpu_cli.record_rank(spec, parallel, steps)
 
 
 def _setup_sizes(trace):
@@ -81,7 +80,7 @@ def test_tp_pads_the_vocabulary_as_megatron_does():
     args = record_cpu_cli.parser().parse_args(
         ["--model", "llama", "--set", "vocab_size=1000,num_attention_heads=8,"
          "num_key_value_heads=8", "--tp", "4", "-o", "x"])
-    spec, _ = parallel_shapes.spec_from_args(args)
+    spec, _ = record_cpu_cli.rank_spec_from_args(args)
     # 1000 padded to a multiple of 128 x 4 = 1024, 256 per rank.
     assert cpu_models.build_config(spec).vocab_size == 256
 

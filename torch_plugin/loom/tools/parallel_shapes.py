@@ -1,8 +1,8 @@
 """One rank of a multi-GPU job, recorded on one CPU: the options of `loom
 what-if --model` and `loom record-cpu` that say how the model is split and
 optimized (--config, --tp, --pp, --dp, --zero, --optimizer), and the
-recording they give (record_steps: loom.tools.record_cpu_cli's recording,
-then the ZeRO rewrite of its trace).
+recording they give (record_cpu_cli.record_rank: record_steps with this
+module's preparer, then finish: the ZeRO rewrite of its trace).
 
   --config FILE   a transformers config.json: its model_type and every key
                   its model_type's config knows, at full size (--set wins)
@@ -38,6 +38,7 @@ between its computation and its reduce-scatter, ZeRO-3's prefetch of a
 second layer.
 """
 
+import argparse
 import dataclasses
 import json
 
@@ -74,9 +75,15 @@ class Parallel:
 
 
 def _positive(text):
-    # pylint: disable-next=import-outside-toplevel
-    from loom.tools.record_cpu_cli import positive_int
-    return positive_int(text)
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got "
+                                         f"{text!r}")
+    return value
 
 
 def add_arguments(p):
@@ -100,12 +107,12 @@ def add_arguments(p):
 # ------------------------------------------------------------ the options
 
 
-def spec_from_args(args):
-    """(StepSpec, Parallel) from parsed arguments: record_cpu_cli's
-    spec_from_args after --config and --pp, then --tp's config transform.
-    ModelError (exit status 2) for what does not work."""
-    # pylint: disable-next=import-outside-toplevel
-    from loom.tools import record_cpu_cli
+def before_spec(args):
+    """Parsed arguments before record_cpu_cli.spec_from_args: --config read
+    (args.model and args.full_size set; returns the file's values), --pp
+    and a bare `interleaved` made schedules. ModelError (exit status 2)
+    for what does not work."""
+    values = {}
     if args.config is not None:
         model_type, values = load_config_file(args.config, args.model or None)
         args.model = model_type
@@ -116,7 +123,12 @@ def spec_from_args(args):
         args.schedule = "1f1b"
     if args.schedule == "interleaved":
         args.schedule = "interleaved:2"
-    spec = record_cpu_cli.spec_from_args(args)
+    return values
+
+
+def after_spec(spec, args, values):
+    """(StepSpec, Parallel): record_cpu_cli.spec_from_args's spec with the
+    config file's `values` under --set's, and --tp's config transform."""
     if args.config is not None:
         spec.overrides = {**values, **spec.overrides}
     if args.zero and args.dp < 2:
@@ -294,9 +306,10 @@ def _layer_units(trainer):
     return max(units)
 
 
-def _prepare(parallel, found):
-    """The hook record_cpu_cli.record_steps calls before the first step;
-    found[0] becomes the step's _Ids."""
+def preparer(parallel, found):
+    """The hook record_cpu_cli.record_steps calls before the first step
+    (its `prepare`): the optimizer, and found[0] becomes the step's
+    ids (finish's `ids`)."""
     def prepare(trainer, recorder):
         import torch  # pylint: disable=import-outside-toplevel
         params = trainer.parameters
@@ -310,18 +323,9 @@ def _prepare(parallel, found):
     return prepare
 
 
-def record_steps(spec, parallel, steps, dynamic=(), argv=(),
-                 command="./loom record-cpu"):
-    """record_cpu_cli.record_steps with `parallel`'s optimizer, then the
-    ZeRO rewrite (shard_trace); returns a Recording."""
-    # pylint: disable-next=import-outside-toplevel
-    from loom.tools import record_cpu_cli
-    found = []
-    recorder = record_cpu_cli.record_steps(
-        spec, steps, dynamic, argv, command=command,
-        prepare=_prepare(parallel, found))
-    ids = found[0]
-    trace = recorder.trace
+def finish(trace, parallel, ids):
+    """The recorded trace of a step prepared by preparer: provenance, then
+    the ZeRO rewrite (shard_trace); returns a Recording."""
     trace.provenance = (trace.provenance or "") + f" | {parallel.describe()}"
     return shard_trace(trace, parallel, ids)
 

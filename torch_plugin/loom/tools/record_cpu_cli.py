@@ -187,6 +187,25 @@ def spec_from_args(args):
         experts=args.experts, tiny=not args.full_size, seed=args.seed)
 
 
+def rank_spec_from_args(args):
+    """(StepSpec, parallel_shapes.Parallel) from parsed arguments: --config,
+    --pp, --tp, --dp/--zero, --optimizer as well (loom.tools.parallel_shapes;
+    ModelError for bad combinations)."""
+    values = parallel_shapes.before_spec(args)
+    return parallel_shapes.after_spec(spec_from_args(args), args, values)
+
+
+def record_rank(spec, parallel, steps, dynamic=(), argv=(),
+                command="./loom record-cpu"):
+    """record_steps with `parallel`'s optimizer, then its ZeRO rewrite;
+    returns a parallel_shapes.Recording (`.trace`, `.summary()`,
+    `.write(path)`)."""
+    found = []
+    recorder = record_steps(spec, steps, dynamic, argv, command=command,
+                            prepare=parallel_shapes.preparer(parallel, found))
+    return parallel_shapes.finish(recorder.trace, parallel, found[0])
+
+
 def provenance(argv, spec, config, command="./loom record-cpu"):
     """The trace header: the exact command, versions, the step and the
     config's sizes."""
@@ -219,7 +238,7 @@ def main(argv):
         args = parser().parse_args(argv)
         if missing_recorder(PROG):
             return 1
-        spec, parallel = parallel_shapes.spec_from_args(args)
+        spec, parallel = rank_spec_from_args(args)
         if args.device == "cuda":
             if parallel.zero or parallel.optimizer != "adamw":
                 raise cpu_models.ModelError("--device cuda records AdamW "
@@ -264,8 +283,7 @@ def _run_steps(trainer, steps):
 
 def _record_cpu(args, spec, parallel, argv):
     started = time.time()
-    recorder = parallel_shapes.record_steps(spec, parallel, args.steps,
-                                            args.dynamic, argv)
+    recorder = record_rank(spec, parallel, args.steps, args.dynamic, argv)
     recorder.write(args.output)
     _report(args, spec, "cpu", recorder.summary(), time.time() - started)
     return 0

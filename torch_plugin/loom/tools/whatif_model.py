@@ -28,7 +28,6 @@ import time
 from loom import _extras
 from loom.errors import LoomError
 from loom.tools import compare_plot
-from loom.tools import parallel_shapes
 from loom.tools import peak_modules
 from loom.tools import predict
 from loom.tools import record_cpu_cli
@@ -62,7 +61,7 @@ class _Recordings:
             started = time.time()
             if self.by_batch:  # the search (the first fails in one line)
                 print(f"{PROG}: recording batch {batch}", file=sys.stderr)
-            recorder = parallel_shapes.record_steps(
+            recorder = record_cpu_cli.record_rank(
                 dataclasses.replace(self.spec, batch=batch), self.parallel,
                 self.args.steps, self.args.dynamic, self.argv,
                 command="./loom what-if")
@@ -89,7 +88,7 @@ def run(args, argv):
     plot = args.plot if args.plot and _extras.importable("matplotlib") \
         else None
     try:
-        spec, parallel = parallel_shapes.spec_from_args(args)
+        spec, parallel = record_cpu_cli.rank_spec_from_args(args)
         record = _Recordings(spec, parallel, args, argv)
         trace = record(args.batch)
         peak = peak_modules.holders(trace)
@@ -216,7 +215,8 @@ def _print_extra(result):
               f"{result['optimizer']}")
     peak = result["peak"]
     print(f"at the peak ({_human(peak['peak_live_bytes'])} live, iteration "
-          f"{peak['iteration']}, {peak['phase']}), made in (by layer; --json: by module too):")
+          f"{peak['iteration']}, {peak['phase']}), made in (by layer; "
+          f"--json: by module too):")
     for row in peak["layers"][:6]:
         print(f"  {_human(row['bytes']):>11}  {row['module']} "
               f"({row['requests']} requests)")
