@@ -91,13 +91,26 @@ def test_tp_pads_the_vocabulary_as_megatron_does():
     (["--zero", "2"], "--zero 2 shards over the data-parallel ranks"),
 ])
 def test_bad_parallel_options_are_one_line_and_exit_2(tmp_path, args,
-                                                      message):
+                                                      message, capsys):
     result = _cli(tmp_path, "what-if", "--model", "llama", *args)
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and message in result.stderr
-    result = _cli(tmp_path, "record-cpu", "--model", "llama", *args,
-                  "-o", "x.ltb")
-    assert result.returncode == 2 and message in result.stderr
+    assert record_cpu_cli.main(["--model", "llama", *args, "-o",
+                                str(tmp_path / "x.ltb")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("loom record-cpu: ") and message in err
+    assert err.count("\n") == 1 and not (tmp_path / "x.ltb").exists()
+
+
+@pytest.mark.parametrize("model, message", [
+    ("gpt2", "gpt2's config has no num_key_value_heads"),
+    ("olmoe", "olmoe is not sharded: its q/k norms span every head"),
+])
+def test_tp_refuses_models_it_cannot_shard(tmp_path, model, message,
+                                           capsys):
+    assert record_cpu_cli.main(["--model", model, "--tp", "2", "-o",
+                                str(tmp_path / "x.ltb")]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_pp_records_one_rank_s_layers_in_1f1b_order():

@@ -52,6 +52,8 @@ VOCAB_MULTIPLE = 128
 TP_HEADS = ("num_attention_heads", "num_key_value_heads")
 TP_WIDTHS = ("intermediate_size", "moe_intermediate_size",
              "shared_expert_intermediate_size")
+# Model types whose layers --tp's config transform cannot shard, and why.
+TP_UNSHARDED = {"olmoe": "its q/k norms span every head (hidden_size wide)"}
 # Keys of a config file that are not the model's shape.
 _FILE_SKIP = {"model_type", "transformers_version", "architectures",
               "torch_dtype", "dtype", "auto_map", "quantization_config",
@@ -179,6 +181,10 @@ def load_config_file(path, model=None):
 def tp_overrides(spec, tp):
     """The config values of one of `tp` tensor-parallel ranks of `spec`'s
     model (see the module docstring)."""
+    if spec.model_type in TP_UNSHARDED:
+        raise cpu_models.ModelError(
+            f"--tp {tp}: {spec.model_type} is not sharded: "
+            f"{TP_UNSHARDED[spec.model_type]}")
     config = cpu_models.build_config(spec)
     fields = config.to_dict()
     if "num_key_value_heads" not in fields and \
