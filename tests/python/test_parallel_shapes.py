@@ -204,6 +204,7 @@ def fixture_what_if(tmp_path_factory):
     assert result.returncode == 0, result.stderr
     # Progress on stderr: the search's recordings.
     assert "recording batch 1" in result.stderr
+    assert "batch 2 recorded on the CPU: " in result.stderr
     assert "batch 1: peak allocated" in result.stderr
     return tmp_path, json.loads(result.stdout)
 

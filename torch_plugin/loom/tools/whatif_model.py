@@ -68,6 +68,11 @@ class _Recordings:
             self.recordings[batch] = recorder
             self.by_batch[batch] = (recorder.trace, recorder.summary(),
                                     time.time() - started)
+            _, summary, seconds = self.by_batch[batch]
+            print(f"{PROG}: batch {batch} recorded on the CPU: "
+                  f"{summary['requests']} requests, peak live "
+                  f"{_human(summary['peak_live_bytes'])} ({seconds:.1f} s)",
+                  file=sys.stderr)
         return self.by_batch[batch][0]
 
 
