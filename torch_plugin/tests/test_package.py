@@ -109,7 +109,8 @@ def test_the_package_is_split_into_runtime_and_tools():
         "loom.tools.record_cpu", "loom.tools.record_cpu_cli",
         "loom.tools.record_modules", "loom.tools.record_summary",
         "loom.tools.cpu_models", "loom.tools.cpu_autocast",
-        "loom.tools.predict", "loom.tools.whatif_model"}
+        "loom.tools.predict", "loom.tools.whatif_model",
+        "loom.tools.parallel_shapes", "loom.tools.peak_modules"}
 
 
 def test_no_import_circle():

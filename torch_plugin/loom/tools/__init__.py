@@ -11,6 +11,10 @@
   whatif_model     `loom what-if --model`: a model recorded on the CPU
   predict          every allocator on a recorded step, and the largest
                    micro-batch that fits a device (the API behind it)
+  parallel_shapes  one rank of a multi-GPU job: --config, --tp, --pp,
+                   --dp/--zero, --optimizer (config transform, ZeRO rewrite)
+  peak_modules     which modules hold a step's peak; the step as a
+                   memory_viz snapshot with module frames
   workdir_cli      `loom files`
   record_cpu       a training step on the CPU -> the trace of the CUDA
                    allocator's requests (`loom.record_cpu`)

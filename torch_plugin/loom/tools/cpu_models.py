@@ -204,8 +204,10 @@ def build_config(spec):
                          f"cannot make its config: {_line(error)}") from None
     fields = default.to_dict()
     aliases = getattr(default, "attribute_map", {}) or {}
+    # head_dim: read as getattr(config, "head_dim", hidden // heads) by
+    # the attention of configs without the key (--tp keeps it).
     bad = [k for k in spec.overrides
-           if k not in fields and k not in aliases]
+           if k not in fields and k not in aliases and k != "head_dim"]
     if bad:
         keys = sorted(k for k in fields if not k.startswith("_"))
         raise ModelError(f"--set {bad[0]}: {spec.model_type}'s config has no "

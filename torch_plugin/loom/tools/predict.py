@@ -17,6 +17,15 @@ what-if --model` (loom.tools.whatif_model), for a user's own script too.
         return rec
     found = predict.largest_batch(record, "80GiB", max_batch=64)
 
+A model of one's own, from a factory: `record_module` records its step
+(forward, loss, backward, AdamW or SGD, zero_grad) at a batch size, and
+`what_if` answers the rest in one call: every allocator's peak reserved
+at `batch`, with `device_memory` the largest batch that fits under each,
+and which modules hold the peak (loom.tools.peak_modules).
+
+    found = predict.what_if(lambda: MyNet(), lambda b: torch.randn(b, 512),
+                            batch=8, device_memory="80GiB", dtype="bf16")
+
 The comparison is `loom_tool compare --json` (whatif/compare): per
 allocator (PyTorch's caching allocator, expandable segments, a GMLake-style
 stitcher, loom, loom without a plan) peak allocated and reserved bytes,
@@ -40,6 +49,8 @@ import tempfile
 from loom import _paths
 from loom.config import parse_size
 from loom.errors import LoomError
+from loom.tools import parallel_shapes
+from loom.tools import peak_modules
 from loom.tools import trace as loom_trace
 from loom.tools.forward import capture_tool
 from loom.tools.record_summary import summarize
@@ -217,3 +228,122 @@ def largest_batch(record, device_memory, *, max_batch=64, allocators=None,
     return {"device_memory_bytes": capacity, "max_batch": max_batch,
             "allocators": found,
             "batches": [search.runs[b] for b in search.order]}
+
+
+# ------------------------------------------------ a model of one's own
+
+
+def _default_loss(output):
+    """The loss of a model's output: `.loss` (transformers), else the mean
+    of the (first) output tensor."""
+    loss = getattr(output, "loss", None)
+    if loss is not None:
+        return loss
+    if isinstance(output, (tuple, list)):
+        output = output[0]
+    if isinstance(output, dict):
+        output = next(iter(output.values()))
+    return output.float().mean()
+
+
+def _call(model, inputs):
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def record_module(factory, make_batch, batch, *, steps=4, dtype="fp32",
+                  recompute=False, optimizer="adamw", loss=None, dp=1,
+                  zero=0, seed=0):
+    """Records `steps` training steps of `factory()` (an nn.Module, built
+    on the CPU) at micro-batch `batch`: `make_batch(batch)` gives the
+    inputs (a tensor, a tuple of positional or a dict of keyword
+    arguments), `loss(output, inputs)` the loss (default: `.loss`, else
+    the output's mean), then backward, `optimizer` ("adamw" or "sgd",
+    foreach) and zero_grad(set_to_none=True). `dtype`: fp32, bf16
+    (autocast with CUDA's policy) or bf16-pure; `recompute`: the model's
+    gradient_checkpointing_enable (non-reentrant). `dp`/`zero`: one rank
+    of ZeRO (parallel_shapes.shard_trace). Returns a
+    parallel_shapes.Recording (`.trace`, `.summary()`, `.write(path)`)."""
+    import torch  # pylint: disable=import-outside-toplevel
+    import loom  # pylint: disable=import-outside-toplevel
+    from loom.tools import cpu_models  # pylint: disable=C0415
+    if dtype not in cpu_models.DTYPES:
+        raise LoomError(f"predict: dtype {dtype!r} is not one of "
+                        f"{', '.join(cpu_models.DTYPES)}")
+    if optimizer not in parallel_shapes.OPTIMIZERS:
+        raise LoomError(f"predict: optimizer {optimizer!r} is not one of "
+                        f"{', '.join(parallel_shapes.OPTIMIZERS)}")
+    if zero and dp < 2:
+        raise LoomError(f"predict: zero {zero} needs dp >= 2")
+    torch.manual_seed(seed)
+    model = factory()
+    if dtype == "bf16-pure":
+        model = model.to(torch.bfloat16)
+    if recompute:
+        if not hasattr(model, "gradient_checkpointing_enable"):
+            raise LoomError(f"predict: recompute: {type(model).__name__} has "
+                            f"no gradient_checkpointing_enable()")
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(params, lr=1e-4, momentum=0.9, foreach=True)
+    else:
+        opt = torch.optim.AdamW(params, lr=1e-4, foreach=True)
+    ids = parallel_shapes.record_ids(params, opt, zero)
+    loss = loss or (lambda output, inputs: _default_loss(output))
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16,
+                              enabled=dtype == "bf16")
+    with loom.record_cpu(model=model, optimizer=opt) as rec:
+        ids.start(rec)
+        for _ in range(steps):
+            inputs = make_batch(batch)
+            with autocast:
+                value = loss(_call(model, inputs), inputs)
+            del inputs
+            value.backward()
+            del value
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    return parallel_shapes.shard_trace(
+        rec.trace, parallel_shapes.Parallel(dp=dp, zero=zero), ids)
+
+
+def what_if(factory, make_batch, *, batch=1, device_memory=None,
+            max_batch=64, time_limit=None, on_recording=None,
+            **record_options):
+    """record_module at `batch`, compare_allocators on it, with
+    `device_memory` largest_batch (recording at each batch tried), and
+    the peak's holders. Returns {"batch", "workload" (the recording's
+    summary), "allocators" (compare's rows, with largest_batch and
+    at_max_batch when searched), "search" (largest_batch's result, or
+    None), "peak" (peak_modules.holders), "recording" (the Recording at
+    `batch`, e.g. for peak_modules.write_snapshot(found["recording"].trace,
+    path))}."""
+    recordings = {}
+
+    def record(size):
+        if size not in recordings:
+            recordings[size] = record_module(factory, make_batch, size,
+                                             **record_options)
+        return recordings[size].trace
+
+    trace = record(batch)
+    rows = compare_allocators(trace, time_limit=time_limit)
+    search = None
+    if device_memory is not None:
+        search = largest_batch(record, device_memory, max_batch=max_batch,
+                               time_limit=time_limit,
+                               on_recording=on_recording)
+        found = {f["allocator"]: f for f in search["allocators"]}
+        for row in rows:
+            row["largest_batch"] = found[row["allocator"]]["largest_batch"]
+            row["at_max_batch"] = found[row["allocator"]]["at_max_batch"]
+    return {"batch": batch, "workload": recordings[batch].summary(),
+            "allocators": rows, "search": search,
+            "peak": peak_modules.holders(trace),
+            "recording": recordings[batch]}

@@ -8,7 +8,12 @@ recorded as a loom trace (loom.tools.record_cpu, loom.tools.cpu_models).
                   [--dtype fp32|bf16|bf16-pure] [--attn IMPL]
                   [--experts IMPL] [--dynamic PATTERN] [--full-size]
                   [--seed N] [--device cpu|cuda] [--json]
+                  [--config FILE] [--tp N] [--pp N] [--dp N --zero S]
+                  [--optimizer adamw|sgd]
                   -o out.ltb|out.ltt
+
+--config, --tp, --pp (= --stages), --dp/--zero and --optimizer: one rank
+of a multi-GPU job (loom.tools.parallel_shapes).
 
 Prints one line: the file, requests, iterations, requests per iteration,
 peak live bytes, seconds (with --json, that summary as a JSON object).
@@ -34,6 +39,7 @@ import time
 from loom import _extras
 from loom.errors import LoomError
 from loom.tools import cpu_models
+from loom.tools import parallel_shapes
 from loom.tools import trace as loom_trace
 
 PROG = "loom record-cpu"
@@ -92,14 +98,15 @@ def parser():
 # The destinations of add_step_arguments' options, --model's first.
 STEP_OPTIONS = ("model", "set", "steps", "batch", "seq", "recompute",
                 "schedule", "stages", "rank", "microbatches", "dtype", "attn",
-                "experts", "dynamic", "full_size", "seed")
+                "experts", "dynamic", "full_size", "seed",
+                *parallel_shapes.OPTIONS)
 
 
 def add_step_arguments(p, model_required=True):
     """The options that say which model and which training step to record
     (`--model` ... `--seed`; dests in STEP_OPTIONS), shared by `loom
     record-cpu` and `loom what-if --model`."""
-    p.add_argument("--model", required=model_required, metavar="TYPE",
+    p.add_argument("--model", required=False, metavar="TYPE",
                    help="a transformers model_type: llama, qwen2, qwen3, "
                    "mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, "
                    "gpt_oss, ...")
@@ -118,8 +125,9 @@ def add_step_arguments(p, model_required=True):
     p.add_argument("--schedule", default="plain",
                    help="plain, 1f1b or interleaved:CHUNKS (Megatron's "
                    "orders, one pipeline rank; default plain)")
-    p.add_argument("--stages", type=positive_int, default=None,
-                   help="pipeline stages (1f1b/interleaved; default 2)")
+    p.add_argument("--stages", "--pp", type=positive_int, default=None,
+                   help="pipeline stages (1f1b/interleaved; default 2; "
+                   "with the plain schedule: 1f1b)")
     p.add_argument("--rank", type=_natural, default=0,
                    help="the pipeline rank recorded (default 0)")
     p.add_argument("--microbatches", type=positive_int, default=None,
@@ -143,6 +151,8 @@ def add_step_arguments(p, model_required=True):
                    help="the config's own sizes instead of the tiny ones")
     p.add_argument("--seed", type=_natural, default=0,
                    help="seed of the weights and data (default 0)")
+    parallel_shapes.add_arguments(p)
+    del model_required  # --model or --config: parallel_shapes checks
 
 
 def spec_from_args(args):
@@ -177,6 +187,25 @@ def spec_from_args(args):
         experts=args.experts, tiny=not args.full_size, seed=args.seed)
 
 
+def rank_spec_from_args(args):
+    """(StepSpec, parallel_shapes.Parallel) from parsed arguments: --config,
+    --pp, --tp, --dp/--zero, --optimizer as well (loom.tools.parallel_shapes;
+    ModelError for bad combinations)."""
+    values = parallel_shapes.before_spec(args)
+    return parallel_shapes.after_spec(spec_from_args(args), args, values)
+
+
+def record_rank(spec, parallel, steps, dynamic=(), argv=(),
+                command="./loom record-cpu"):
+    """record_steps with `parallel`'s optimizer, then its ZeRO rewrite;
+    returns a parallel_shapes.Recording (`.trace`, `.summary()`,
+    `.write(path)`)."""
+    found = []
+    recorder = record_steps(spec, steps, dynamic, argv, command=command,
+                            prepare=parallel_shapes.preparer(parallel, found))
+    return parallel_shapes.finish(recorder.trace, parallel, found[0])
+
+
 def provenance(argv, spec, config, command="./loom record-cpu"):
     """The trace header: the exact command, versions, the step and the
     config's sizes."""
@@ -209,10 +238,13 @@ def main(argv):
         args = parser().parse_args(argv)
         if missing_recorder(PROG):
             return 1
-        spec = spec_from_args(args)
+        spec, parallel = rank_spec_from_args(args)
         if args.device == "cuda":
+            if parallel.zero or parallel.optimizer != "adamw":
+                raise cpu_models.ModelError("--device cuda records AdamW "
+                                            "without --zero")
             return _record_cuda(args, spec, argv)
-        return _record_cpu(args, spec, argv)
+        return _record_cpu(args, spec, parallel, argv)
     except FAILURES as error:
         return failure_status(PROG, error)
 
@@ -249,20 +281,22 @@ def _run_steps(trainer, steps):
         trainer.step(index)
 
 
-def _record_cpu(args, spec, argv):
+def _record_cpu(args, spec, parallel, argv):
     started = time.time()
-    recorder = record_steps(spec, args.steps, args.dynamic, argv)
+    recorder = record_rank(spec, parallel, args.steps, args.dynamic, argv)
     recorder.write(args.output)
     _report(args, spec, "cpu", recorder.summary(), time.time() - started)
     return 0
 
 
 def record_steps(spec, steps, dynamic=(), argv=(),
-                 command="./loom record-cpu"):
+                 command="./loom record-cpu", prepare=None):
     """Records `steps` training steps of `spec` (a cpu_models.StepSpec) on
     the CPU; returns the stopped Recorder (`.trace`, `.summary()`). The
-    trace's provenance names `command` and `argv`. ModelError when the
-    model cannot be built, LoomError when a step fails."""
+    trace's provenance names `command` and `argv`. `prepare(trainer,
+    recorder)` runs once recording has started, before the first step.
+    ModelError when the model cannot be built, LoomError when a step
+    fails."""
     # pylint: disable-next=import-outside-toplevel
     from loom.tools import record_cpu
     trainer = _trainer(spec)
@@ -272,6 +306,8 @@ def record_steps(spec, steps, dynamic=(), argv=(),
     recorder.start()
     try:
         recorder.watch_modules(trainer.model, dynamic)
+        if prepare is not None:
+            prepare(trainer, recorder)
         trainer.sink = recorder
         _run_steps(trainer, steps)
     except LoomError:

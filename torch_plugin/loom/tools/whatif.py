@@ -8,12 +8,15 @@ Two forms:
       comparison of PyTorch's caching allocator, expandable segments, a
       GMLake-style stitcher and loom on that same trace
 
-  loom what-if --model TYPE [record-cpu's model options] [--device-memory
-               SIZE [--max-batch N]]
+  loom what-if --model TYPE|--config FILE [record-cpu's model options,
+               --tp/--pp/--dp/--zero/--optimizer] [--device-memory SIZE
+               [--max-batch N]] [--snapshot FILE]
       a model's training steps recorded on the CPU (loom record-cpu's
       options), every allocator's predicted peak reserved memory, and for a
       device size the largest micro-batch that fits under each allocator
-      (loom.tools.whatif_model, loom.tools.predict)
+      (loom.tools.whatif_model, loom.tools.predict), which modules hold
+      the peak (loom.tools.peak_modules), one rank of a multi-GPU job
+      (loom.tools.parallel_shapes)
 
 `--json` prints the result as JSON in both forms.
 """
@@ -76,6 +79,10 @@ def parser():
                    "batch that fits")
     p.add_argument("--max-batch", type=record_cpu_cli.positive_int, default=None,
                    help="--model: the largest batch tried (default 64)")
+    p.add_argument("--snapshot", metavar="FILE", default=None,
+                   help="--model: write the step recorded at --batch as a "
+                   "PyTorch memory snapshot (pytorch.org/memory_viz), each "
+                   "request's frames its module stack")
     p.add_argument("--loom-time-limit", type=float, default=None,
                    metavar="SECONDS",
                    help="seconds loom's planner may search (default 10)")
@@ -87,8 +94,11 @@ def parser():
 
 def _check(p, args):
     """The combination of the two forms' options."""
+    if args.config is not None and args.model is None:
+        args.model = ""  # the --model form: --config names the type
     if args.input is None and args.model is None:
-        raise UsageError("give a snapshot or trace, or --model TYPE")
+        raise UsageError("give a snapshot or trace, or --model TYPE "
+                         "(or --config FILE)")
     if args.input is not None and args.model is not None:
         raise UsageError(f"give a snapshot or trace ({args.input}) or "
                          f"--model, not both")
@@ -100,6 +110,8 @@ def _check(p, args):
                              f"the step of --model, which is not given")
         if args.max_batch is not None:
             raise UsageError("--max-batch needs --model and --device-memory")
+        if args.snapshot is not None:
+            raise UsageError("--snapshot needs --model (the step recorded)")
     else:
         if args.snapshot_device is not None:
             raise UsageError("--snapshot-device needs a snapshot, not "

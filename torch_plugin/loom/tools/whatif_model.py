@@ -6,6 +6,10 @@ loom.tools.record_cpu_cli), then every allocator on the recorded trace
 each (recorded at batch 1, 2, 4, ... while anything fits, up to
 --max-batch, then bisected; every recording replayed under the device
 size). Prints a table, or JSON with --json; progress goes to stderr.
+With --tp/--pp/--dp/--zero one rank of a multi-GPU job is recorded
+(loom.tools.parallel_shapes); the modules holding the peak are listed, and
+--snapshot writes the step as a memory_viz snapshot
+(loom.tools.peak_modules).
 
 Exit status 2 for bad arguments (an unknown model type, a --set key the
 config lacks, ...), 1 when a step, the comparison or the plot fails, or
@@ -24,6 +28,7 @@ import time
 from loom import _extras
 from loom.errors import LoomError
 from loom.tools import compare_plot
+from loom.tools import peak_modules
 from loom.tools import predict
 from loom.tools import record_cpu_cli
 from loom.tools import trace as loom_trace
@@ -43,20 +48,31 @@ def _human(value):
 class _Recordings:
     """The step recorded once per batch (traces kept, recorders dropped)."""
 
-    def __init__(self, spec, args, argv):
+    def __init__(self, spec, parallel, args, argv):
         self.spec = spec
+        self.parallel = parallel
         self.args = args
         self.argv = argv
         self.by_batch = {}  # batch -> (trace, summary, seconds)
+        self.recordings = {}  # batch -> parallel_shapes.Recording
 
     def __call__(self, batch):
         if batch not in self.by_batch:
             started = time.time()
-            recorder = record_cpu_cli.record_steps(
-                dataclasses.replace(self.spec, batch=batch), self.args.steps,
-                self.args.dynamic, self.argv, command="./loom what-if")
+            if self.by_batch:  # the search (the first fails in one line)
+                print(f"{PROG}: recording batch {batch}", file=sys.stderr)
+            recorder = record_cpu_cli.record_rank(
+                dataclasses.replace(self.spec, batch=batch), self.parallel,
+                self.args.steps, self.args.dynamic, self.argv,
+                command="./loom what-if")
+            self.recordings[batch] = recorder
             self.by_batch[batch] = (recorder.trace, recorder.summary(),
                                     time.time() - started)
+            _, summary, seconds = self.by_batch[batch]
+            print(f"{PROG}: batch {batch} recorded on the CPU: "
+                  f"{summary['requests']} requests, peak live "
+                  f"{_human(summary['peak_live_bytes'])} ({seconds:.1f} s)",
+                  file=sys.stderr)
         return self.by_batch[batch][0]
 
 
@@ -77,9 +93,12 @@ def run(args, argv):
     plot = args.plot if args.plot and _extras.importable("matplotlib") \
         else None
     try:
-        spec = record_cpu_cli.spec_from_args(args)
-        record = _Recordings(spec, args, argv)
+        spec, parallel = record_cpu_cli.rank_spec_from_args(args)
+        record = _Recordings(spec, parallel, args, argv)
         trace = record(args.batch)
+        peak = peak_modules.holders(trace)
+        if args.snapshot:
+            _snapshot(trace, args.snapshot)
         rows = predict.compare_allocators(trace,
                                           time_limit=args.loom_time_limit)
         search = None
@@ -93,10 +112,13 @@ def run(args, argv):
     except record_cpu_cli.FAILURES as error:
         return record_cpu_cli.failure_status(PROG, error)
     result = _result(args, spec, record, rows, search)
+    result.update(parallel_shapes_result(record, parallel, spec, args))
+    result["peak"] = peak
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         _print(result)
+        _print_extra(result)
     if args.plot and not plot:
         print(_extras.message(PROG, "--plot", ["matplotlib"],
                               outcome=f"{args.plot} not written"),
@@ -167,6 +189,46 @@ def _print(result):
               f"searched, {len(batches)} replayed in {_human(device)} "
               f"(batches {', '.join(batches)}); "
               f"{result['recordings']} recordings in all")
+
+
+def parallel_shapes_result(record, parallel, spec, args):
+    """The JSON keys of the job's split and the peak's holders."""
+    recording = record.recordings[args.batch]
+    return {"parallel": {"tp": parallel.tp, "pp": spec.stages,
+                         "rank": spec.rank, "dp": parallel.dp,
+                         "zero": parallel.zero},
+            "optimizer": parallel.optimizer,
+            "config": args.config,
+            "sharded": {k: {"bytes": v[0], "shard_bytes": v[1]}
+                        for k, v in recording.sharded.items()},
+            "snapshot": args.snapshot}
+
+
+def _snapshot(trace, path):
+    try:
+        peak_modules.write_snapshot(trace, path)
+    except ValueError as error:  # ExportError, TraceError
+        raise LoomError(f"--snapshot: {error}") from None
+
+
+def _print_extra(result):
+    split = result["parallel"]
+    if any(split[k] > 1 for k in ("tp", "pp", "dp")):
+        print(f"one rank: tensor-parallel {split['tp']}, pipeline "
+              f"{split['pp']} (rank {split['rank']}), data-parallel "
+              f"{split['dp']} with ZeRO {split['zero']}; optimizer "
+              f"{result['optimizer']}")
+    peak = result["peak"]
+    print(f"at the peak ({_human(peak['peak_live_bytes'])} live, iteration "
+          f"{peak['iteration']}, {peak['phase']}), made in (by layer; "
+          f"--json: by module too):")
+    for row in peak["layers"][:6]:
+        print(f"  {_human(row['bytes']):>11}  {row['module']} "
+              f"({row['requests']} requests)")
+    if result["snapshot"]:
+        print(f"{result['snapshot']}: the step at batch {result['batch']} "
+              f"as a memory snapshot; open it at "
+              f"https://pytorch.org/memory_viz")
 
 
 def _plot(trace, args):
