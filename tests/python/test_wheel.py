@@ -207,6 +207,41 @@ def test_the_plots_extra_brings_the_pictures(wheel, tmp_path):
     assert (work / "x.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_record_extra_records_a_model(wheel, tmp_path):
+    """Installed with [record] into a fresh venv (no pip or setuptools of
+    its own) that sees the packages of the Python running the tests, torch
+    and transformers among them, through a .pth line: offline, pip finds
+    the extra's requirements and theirs met and installs only the wheel;
+    then `loom record-cpu` records a tiny model's steps and `loom analyze`
+    reads them."""
+    import torch  # pylint: disable=import-outside-toplevel
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=tmp_path)
+    python = venv / "bin" / "python"
+    site = _run([python, "-c", "import sysconfig; "
+                 "print(sysconfig.get_paths()['purelib'])"],
+                cwd=tmp_path).stdout.strip()
+    with open(os.path.join(site, "machine-packages.pth"), "w",
+              encoding="utf-8") as pth:
+        # torch's own directory first, then every site directory of this
+        # Python (numpy may come from Debian's).
+        import site  # pylint: disable=import-outside-toplevel
+        dirs = [os.path.dirname(os.path.dirname(torch.__file__))]
+        dirs += [d for d in site.getsitepackages()
+                 if os.path.isdir(d) and d not in dirs]
+        pth.write("\n".join(dirs) + "\n")
+    _run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
+          "--no-index", "--disable-pip-version-check", f"{wheel}[record]"],
+         cwd=tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    _run([venv / "bin" / "loom", "record-cpu", "--model", "llama",
+          "--steps", "2", "-o", "step.ltb"], cwd=work, timeout=600)
+    assert (work / "step.ltb").stat().st_size > 0
+    shown = _run([venv / "bin" / "loom", "analyze", "step.ltb"], cwd=work)
+    assert "peak live" in shown.stdout
+
+
 _WITH_TORCH = """
 import json, torch, loom
 from loom import _paths
