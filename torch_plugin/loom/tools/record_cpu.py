@@ -2,6 +2,8 @@
 PyTorch's CUDA caching allocator would receive, without a GPU.
 
     import loom
+    with loom.tools.fake_record.building():   # no data: shapes only
+        model, optimizer = build(), torch.optim.AdamW(...)
     with loom.record_cpu("step.ltb", model=model, optimizer=optimizer):
         for batch in batches:                 # a few iterations
             loss = model(**batch).loss        # marks iteration + "forward"
@@ -9,23 +11,29 @@ PyTorch's CUDA caching allocator would receive, without a GPU.
             optimizer.step()                  # "optimizer", iteration ends
             optimizer.zero_grad()
 
+Fake or real. By default the step runs on FakeTensors (PyTorch's
+FakeTensorMode, entered while recording; loom.tools.fake_record): every
+operation gives results of the real shapes, dtypes and storage sizes and
+computes nothing, so a full-size model records in seconds. `real=True`
+runs the real arithmetic on the CPU (models whose sizes depend on data:
+MoE routing with data-dependent shapes).
+
 How the requests are seen. A `TorchDispatchMode` sees the outputs of every
 aten operation that runs while recording, forward and backward alike (on
 the CPU, autograd runs the backward on the calling thread, and the mode is
 part of the thread-local state it carries). A storage the recorder has not
 seen before, which is not one of the operation's inputs, is a new
 allocation of `untyped_storage().nbytes()` bytes: the exact request (the
-512 B rounding is the allocator's, applied by loom and the simulators).
-Views share their storage and allocate nothing. PyTorch keeps one Python
-object per storage for as long as the storage lives, so a weak reference
-to it calls back when the storage dies: that is the free, at the exact
-point of the program where the last reference went (CPython frees at once;
-only objects in reference cycles wait for the cycle collector; frees with
-nothing between them are written in request order). A storage
-whose size changes (`resize_`) is a new request followed by the free of
-the old one, as on CUDA. Storages alive before recording starts are
-set-up allocations, recorded at the start: the parameters, gradients and
-buffers of `model`, the state of `optimizer`, and `tensors`.
+512 B rounding is the allocator's). Views share their storage and allocate
+nothing. PyTorch keeps one Python object per storage (fake tensors' meta
+storages too) for as long as the storage lives, so a weak reference to it
+calls back when the storage dies: that is the free, at the exact point of
+the program where the last reference went (CPython frees at once; frees
+with nothing between them are written in request order). A storage whose
+size changes (`resize_`) is a new request followed by the free of the old
+one, as on CUDA. Storages alive before recording starts are set-up
+allocations, recorded at the start: the parameters, gradients and buffers
+of `model`, the state of `optimizer`, and `tensors`.
 
 Markers. Iterations, phases and modules, as loom's own markers put them in
 a GPU recording (docs/plugin.md): with `model=`, its forward begins an
@@ -35,38 +43,32 @@ the iteration (the next one begins at the next forward, phase, module or
 allocation). Every module's forward is a module enter/exit (its qualified
 name; the root is named by its class); modules whose class name matches
 DYNAMIC_CLASSES (MoE blocks and experts) or a `dynamic=` pattern are
-flagged dynamic and also marked around their backward. The markers can be
-given by hand: `rec.begin_iteration()`, `rec.end_iteration()`,
-`rec.step()`, `rec.phase(name)`, `rec.module_enter(name, dynamic)`,
+flagged dynamic and also marked around their backward. By hand:
+`rec.begin_iteration()`, `rec.end_iteration()`, `rec.step()`,
+`rec.phase(name)`, `rec.module_enter(name, dynamic)`,
 `rec.module_exit(name)`. Everything is on stream 0, device 0.
 
-Host memory. A CUDA run keeps some tensors on the host: the `step` counts
-of torch.optim optimizers (unless capturable or fused) and the scalar
-foreach AdamW adds to them. Tensors created from Python data
-(`torch.tensor(...)`) inside a watched torch.optim optimizer's step are
-therefore not recorded; `with rec.host():` excludes anything else (e.g.
-data loading that a CUDA run does on the host).
+Host memory. The `step` counts of torch.optim optimizers (unless
+capturable or fused) and the scalar foreach AdamW adds to them live on the
+host in a CUDA run: tensors created from Python data inside a watched
+torch.optim optimizer's step are not recorded; `with rec.host():` excludes
+anything else.
 
 Mixed precision. Under `torch.autocast("cpu", dtype=torch.bfloat16)` the
-recorder applies CUDA's autocast policy instead of the CPU's (see
-loom.tools.cpu_autocast), so tensors get the dtypes, hence the sizes, they
-would have on CUDA. `cuda_autocast=False` keeps the CPU's policy.
+recorder applies CUDA's autocast policy (loom.tools.cpu_autocast), so
+tensors get the dtypes, hence the sizes, they would have on CUDA.
+`cuda_autocast=False` keeps the CPU's policy.
 
 What the recorder cannot see (docs/plugin.md, "Recording on the CPU"):
-memory a CUDA kernel or library allocates for itself through the caching
-allocator (cuBLAS/cuBLASLt workspaces, attention backward workspaces, CUB
-temporaries of sort/topk/nonzero/unique, split reductions, embedding
-backward), operations whose CUDA implementation returns different tensors
-than the CPU's (the fused attention kernels' auxiliary outputs), and
-anything the code does differently on CUDA (`if x.is_cuda`, other kernels
-chosen, CUDA graphs, NCCL buffers).
+memory a CUDA kernel or library allocates for itself (cuBLAS workspaces,
+attention backward workspaces, CUB temporaries), operations whose CUDA
+implementation returns different tensors than the CPU's, and anything the
+code does differently on CUDA (`if x.is_cuda`, CUDA graphs, NCCL).
 
-Traces are written by libloom (loom.tools.trace.write_trace): text for a
-`.ltt` name, binary otherwise. torch is imported only when a recorder
-starts, so importing this module does not import it. Which modules are
-marked, and the hooks, are in loom.tools.record_modules; the summary and
-frees' canonical order in loom.tools.record_summary (both names are
-available here too).
+Traces are written by libloom (loom.tools.trace.write_trace). torch is
+imported only when a recorder starts. Module markers and hooks are in
+loom.tools.record_modules; the summary and frees' canonical order in
+loom.tools.record_summary (both names are available here too).
 """
 
 import threading
@@ -99,6 +101,10 @@ def _mode_class():
                 self.recorder = recorder
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func is self.recorder._scalar_op and \
+                        self.recorder._fake is not None and \
+                        self.recorder._fake.is_fake(args[0]):
+                    return self.recorder._fake.scalar(args[0])
                 out = func(*args, **(kwargs or {}))
                 self.recorder._after(func, args, kwargs, out)
                 return out
@@ -138,12 +144,15 @@ class Recorder:
     tensors       more tensors (or modules) alive before recording starts
     cuda_autocast apply CUDA's autocast policy under CPU autocast (True)
     provenance    the trace header's provenance text
+    real          run the real arithmetic (False: FakeTensors, the default;
+                  see loom.tools.fake_record)
     """
 
     def __init__(self, path=None, *, model=None, optimizer=None, dynamic=(),
                  dynamic_classes=DYNAMIC_CLASSES, modules=True, tensors=(),
-                 cuda_autocast=True, provenance=None):
+                 cuda_autocast=True, provenance=None, real=False):
         self.path = path
+        self.real = bool(real)
         self.model = model
         self.optimizer = optimizer
         self.dynamic = dynamic
@@ -170,6 +179,9 @@ class Recorder:
         self._removers = []
         self._torch = None
         self._lift_ops = ()
+        self._scalar_op = None
+        self._fake = None         # loom.tools.fake_record when fake
+        self._fake_exits = []     # what start() entered for a fake step
         self.live_bytes = 0
         self.peak_live_bytes = 0
         self.setup_bytes = 0
@@ -201,9 +213,12 @@ class Recorder:
         self._torch = torch
         self._lift_ops = (torch.ops.aten.lift_fresh.default,
                           torch.ops.aten.lift_fresh_copy.default)
+        self._scalar_op = torch.ops.aten._local_scalar_dense.default
         self._started = True
         self._recording = True
         try:
+            if not self.real:
+                self._enter_fake()
             if self.model is not None:
                 self.watch(self.model, self.dynamic, self.modules)
             if self.optimizer is not None:
@@ -240,6 +255,8 @@ class Recorder:
         if self._policy is not None:
             self._policy.remove()
             self._policy = None
+        while self._fake_exits:
+            self._fake_exits.pop()()
         while self._removers:
             self._removers.pop()()
         with self._lock:
@@ -256,6 +273,22 @@ class Recorder:
             self._pending = False
             self._recording = False
             self.events = canonical_frees(self.events)
+
+    def _enter_fake(self):
+        """Enters the fake mode and transformers' eager paths until stop()."""
+        # pylint: disable-next=import-outside-toplevel
+        from loom.tools import fake_record
+        self._fake = fake_record
+        for context in (fake_record.fake_mode(),
+                        fake_record.patch_transformers()):
+            context.__enter__()
+            self._fake_exits.append(
+                lambda c=context: c.__exit__(None, None, None))
+
+    @property
+    def fake(self):
+        """True when the step runs on FakeTensors (not `real`)."""
+        return not self.real
 
     @property
     def recording(self):
@@ -577,6 +610,10 @@ class Recorder:
 
     def watch_optimizer(self, optimizer):
         """`optimizer.step()` marks "optimizer" and ends the iteration."""
+        if not self.real:
+            # pylint: disable-next=import-outside-toplevel
+            from loom.tools import fake_record
+            fake_record.cuda_optimizer(optimizer)
         host_steps = self._steps_on_host(optimizer)
 
         def pre(*_):

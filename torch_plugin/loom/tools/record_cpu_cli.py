@@ -92,7 +92,7 @@ def parser():
 # The destinations of add_step_arguments' options, --model's first.
 STEP_OPTIONS = ("model", "set", "steps", "batch", "seq", "recompute",
                 "schedule", "stages", "rank", "microbatches", "dtype", "attn",
-                "experts", "dynamic", "full_size", "seed")
+                "experts", "dynamic", "full_size", "seed", "real")
 
 
 def add_step_arguments(p, model_required=True):
@@ -143,6 +143,10 @@ def add_step_arguments(p, model_required=True):
                    help="the config's own sizes instead of the tiny ones")
     p.add_argument("--seed", type=_natural, default=0,
                    help="seed of the weights and data (default 0)")
+    p.add_argument("--real", action="store_true",
+                   help="run the real arithmetic on the CPU (default: "
+                   "FakeTensors, shapes only, no data; --real for models "
+                   "whose sizes depend on the data)")
 
 
 def spec_from_args(args):
@@ -174,7 +178,8 @@ def spec_from_args(args):
         batch=args.batch, seq=args.seq, recompute=args.recompute,
         schedule=schedule, chunks=chunks, stages=stages, rank=args.rank,
         microbatches=microbatches, dtype=args.dtype, attn=args.attn,
-        experts=args.experts, tiny=not args.full_size, seed=args.seed)
+        experts=args.experts, tiny=not args.full_size, seed=args.seed,
+        real=args.real)
 
 
 def provenance(argv, spec, config, command="./loom record-cpu"):
@@ -197,7 +202,9 @@ def provenance(argv, spec, config, command="./loom record-cpu"):
             f"(seed {spec.seed}), no data; schedule {schedule}"
             f", stages {spec.stages}, rank {spec.rank}, microbatches "
             f"{spec.microbatches}, batch {spec.batch}, seq {spec.seq}, dtype "
-            f"{spec.dtype}, recompute {spec.recompute}, stream 0 | config "
+            f"{spec.dtype}, recompute {spec.recompute}, "
+            f"{'real arithmetic' if spec.real else 'FakeTensors (no data)'}"
+            f", stream 0 | config "
             f"{sizes}")
     return text[:60000]
 
@@ -267,7 +274,7 @@ def record_steps(spec, steps, dynamic=(), argv=(),
     from loom.tools import record_cpu
     trainer = _trainer(spec)
     recorder = record_cpu.Recorder(
-        None, tensors=trainer.tracked,
+        None, tensors=trainer.tracked, real=spec.real,
         provenance=provenance(list(argv), spec, trainer.config, command))
     recorder.start()
     try:
@@ -351,6 +358,12 @@ def _record_cuda(args, spec, argv):
     return _record_with_loom(args, spec, argv, "cuda")
 
 
+def _real(spec):
+    """`spec` with real arithmetic (a step run by loom on a device)."""
+    import dataclasses  # pylint: disable=import-outside-toplevel
+    return dataclasses.replace(spec, real=True)
+
+
 def _record_with_loom(args, spec, argv, device, **options):
     """The steps on `device`, recorded by loom's run-time plugin
     (loom.enable(mode="record", **options)) with the same markers as on
@@ -365,6 +378,7 @@ def _record_with_loom(args, spec, argv, device, **options):
                     trace_format="text" if args.output.endswith(".ltt")
                     else "binary", **options)
         import torch  # pylint: disable=import-outside-toplevel
+        spec = _real(spec)
         with torch.device(device):
             trainer = _trainer(spec)
         trainer.device = device

@@ -1,0 +1,128 @@
+"""Recording without arithmetic: the CPU recorder's default mode, where a
+training step runs on FakeTensors (shapes, dtypes and storages, no data).
+
+`loom.record_cpu` (loom.tools.record_cpu) records the storages PyTorch
+allocates; it needs their sizes and lifetimes, never their values. Under
+PyTorch's `FakeTensorMode` every operation runs its meta kernel: a result
+has its real shape, dtype and a storage of the real number of bytes (a
+meta storage: no memory, data_ptr 0), views share storages as usual, and
+the storage's Python object lives exactly as long as the storage, so the
+recorder's weak references give the frees as with real tensors. A step of
+an 8B-parameter model records in seconds and holds almost no memory.
+
+    from loom.tools import fake_record
+    with fake_record.fake_mode():            # build at full size, no memory
+        model = build_model()
+        optimizer = torch.optim.AdamW(model.parameters())
+    with loom.record_cpu("step.ltb", model=model, optimizer=optimizer):
+        ...                                  # the step, as usual
+
+What a fake step does differently from a real one, and how it is kept to
+what a CUDA run does (docs/plugin.md, "Recording on the CPU"):
+
+- The device is the CPU (fake CUDA tensors need a CUDA device guard and
+  an accelerator, which a CPU-only PyTorch build does not have: its
+  autograd engine refuses them). So CUDA's choices are emulated as for a
+  real CPU recording: CUDA's autocast policy (loom.tools.cpu_autocast),
+  and the optimizer path CUDA picks (`cuda_optimizer`: foreach when the
+  optimizer leaves it open, as `_default_to_fused_or_foreach` does for
+  CUDA tensors; it answers False for FakeTensors and CPU tensors).
+- A value read on the host (`.item()`, `bool(t)`, `if t.all():`) has no
+  data: `scalar()` answers True for a boolean and 1 for a number (not 0:
+  an optimizer divides by 1 - beta ** step). A loss printed is 1; a
+  check such as transformers' "are these sequences
+  packed?" takes the branch a real batch of one sequence per row takes.
+- transformers treats FakeTensors as tracing (`is_tracing`): it would
+  build an explicit causal mask (and repeat the key/value heads) where an
+  eager CUDA run asks SDPA for `is_causal` with grouped-query attention.
+  While a fake recording runs, its `is_fake_tensor` answers False, so the
+  model takes its eager path (`patch_transformers`).
+- Operations whose result size depends on data (nonzero, masked_select,
+  unique, an MoE router's per-expert counts) fail under FakeTensorMode
+  without a symbolic shape environment; such models need `real=True`.
+
+torch is imported on first use only.
+"""
+
+import contextlib
+
+_MODE = None
+
+
+def fake_mode():
+    """The FakeTensorMode fake recordings share (created on first use;
+    real tensors used as inputs are converted, allow_non_fake_inputs). A
+    model and optimizer built inside `with fake_mode():` hold no memory.
+    If another FakeTensorMode is active, that one is returned."""
+    global _MODE  # pylint: disable=global-statement
+    import torch  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    active = torch._C._get_dispatch_mode(  # pylint: disable=protected-access
+        torch._C._TorchDispatchModeKey.FAKE)  # pylint: disable=protected-access
+    if active is not None:
+        return active
+    if _MODE is None:
+        _MODE = FakeTensorMode(allow_non_fake_inputs=True)
+    return _MODE
+
+
+def is_fake(tensor):
+    """True for a FakeTensor."""
+    # pylint: disable-next=import-outside-toplevel
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(tensor, FakeTensor)
+
+
+def scalar(tensor):
+    """The host value of a fake one-element tensor: True for a boolean,
+    1 (or 1.0) for a number."""
+    import torch  # pylint: disable=import-outside-toplevel
+    if tensor.dtype == torch.bool:
+        return True
+    if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+        return 1.0
+    return 1
+
+
+def cuda_optimizer(optimizer):
+    """Makes `optimizer` take the path it would take on CUDA: torch.optim
+    optimizers whose groups leave `foreach` and `fused` open (None) run
+    foreach there (PyTorch's default for CUDA tensors), and the
+    single-tensor loop on CPU and FakeTensors. Sets foreach=True in those
+    groups; returns the number of groups changed."""
+    if not type(optimizer).__module__.startswith("torch.optim"):
+        return 0
+    changed = 0
+    for group in optimizer.param_groups:
+        if "foreach" in group and group.get("foreach") is None and \
+                not group.get("fused"):
+            group["foreach"] = True
+            changed += 1
+    return changed
+
+
+@contextlib.contextmanager
+def patch_transformers():
+    """While the block runs, transformers' `is_fake_tensor` answers False
+    (so `is_tracing` is False for FakeTensors and models take their eager
+    paths); nothing when transformers is not imported."""
+    import sys  # pylint: disable=import-outside-toplevel
+    module = sys.modules.get("transformers.utils.import_utils")
+    if module is None or not hasattr(module, "is_fake_tensor"):
+        yield
+        return
+    saved = module.is_fake_tensor
+    module.is_fake_tensor = lambda _tensor: False
+    try:
+        yield
+    finally:
+        module.is_fake_tensor = saved
+
+
+@contextlib.contextmanager
+def building():
+    """`with building():` builds a model for a fake recording: inside
+    fake_mode(), with transformers' eager paths (patch_transformers)."""
+    with fake_mode(), patch_transformers():
+        yield
