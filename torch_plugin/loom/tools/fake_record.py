@@ -37,6 +37,10 @@ what a CUDA run does (docs/plugin.md, "Recording on the CPU"):
   eager CUDA run asks SDPA for `is_causal` with grouped-query attention.
   While a fake recording runs, its `is_fake_tensor` answers False, so the
   model takes its eager path (`patch_transformers`).
+- Meta kernels stricter than CUDA's: `_grouped_mm`'s accepts bfloat16
+  only, CUDA's (PyTorch 2.11, transformers' MoE experts over float32
+  weights) also float32: `override()` gives the shape bfloat16 would
+  have, in the inputs' dtype.
 - Operations whose result size depends on data (nonzero, masked_select,
   unique, an MoE router's per-expert counts) fail under FakeTensorMode
   without a symbolic shape environment; such models need `real=True`.
@@ -102,13 +106,40 @@ def cuda_optimizer(optimizer):
     return changed
 
 
+def _grouped_mm(func, args, kwargs):
+    """_grouped_mm in any floating dtype: the shape the meta kernel gives
+    in bfloat16, in the first input's dtype (or out_dtype)."""
+    import torch  # pylint: disable=import-outside-toplevel
+    kwargs = dict(kwargs or {})
+    a, b = args[0], args[1]
+    dtype = kwargs.pop("out_dtype", None) or a.dtype
+    if a.dtype == b.dtype == torch.bfloat16:
+        return func(*args, out_dtype=dtype, **kwargs)
+    shaped = func(a.to(torch.bfloat16), b.to(torch.bfloat16), *args[2:],
+                  **kwargs)
+    return torch.empty(shaped.shape, dtype=dtype, device=shaped.device)
+
+
+def override(func):
+    """The replacement of aten op `func` for FakeTensors (see the module
+    docstring), called as override(func)(func, args, kwargs); None when
+    the op runs as it is."""
+    import torch  # pylint: disable=import-outside-toplevel
+    if func is torch.ops.aten._grouped_mm.default:  # noqa: SLF001
+        return _grouped_mm
+    return None
+
+
 @contextlib.contextmanager
 def patch_transformers():
     """While the block runs, transformers' `is_fake_tensor` answers False
     (so `is_tracing` is False for FakeTensors and models take their eager
-    paths); nothing when transformers is not imported."""
-    import sys  # pylint: disable=import-outside-toplevel
-    module = sys.modules.get("transformers.utils.import_utils")
+    paths); nothing when transformers is not installed."""
+    try:
+        # pylint: disable-next=import-outside-toplevel
+        from transformers.utils import import_utils as module
+    except ImportError:
+        module = None
     if module is None or not hasattr(module, "is_fake_tensor"):
         yield
         return

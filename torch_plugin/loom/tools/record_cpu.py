@@ -101,10 +101,15 @@ def _mode_class():
                 self.recorder = recorder
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if func is self.recorder._scalar_op and \
-                        self.recorder._fake is not None and \
-                        self.recorder._fake.is_fake(args[0]):
-                    return self.recorder._fake.scalar(args[0])
+                fake = self.recorder._fake
+                if fake is not None and args and fake.is_fake(args[0]):
+                    if func is self.recorder._scalar_op:
+                        return fake.scalar(args[0])
+                    replaced = fake.override(func)
+                    if replaced is not None:
+                        out = replaced(func, args, kwargs)
+                        self.recorder._after(func, args, kwargs, out)
+                        return out
                 out = func(*args, **(kwargs or {}))
                 self.recorder._after(func, args, kwargs, out)
                 return out
