@@ -41,6 +41,13 @@ what a CUDA run does (docs/plugin.md, "Recording on the CPU"):
   only, CUDA's (PyTorch 2.11, transformers' MoE experts over float32
   weights) also float32: `override()` gives the shape bfloat16 would
   have, in the inputs' dtype.
+- cuBLAS's workspace: CUDA's matmuls take one from the caching allocator
+  per cuBLAS handle, at a handle's first matmul, and never give it back:
+  32 MiB on Hopper (CUBLAS_WORKSPACE_CONFIG's default :4096:8; H100,
+  H200), one handle for the forward's thread and one for the autograd
+  engine's device thread. `Workspaces` records them (after the first
+  matmul's result, as the H200 traces have them); a fake recording does
+  by default (Recorder(cuda_workspaces=...)).
 - Operations whose result size depends on data (nonzero, masked_select,
   unique, an MoE router's per-expert counts) fail under FakeTensorMode
   without a symbolic shape environment; such models need `real=True`.
@@ -104,6 +111,39 @@ def cuda_optimizer(optimizer):
             group["foreach"] = True
             changed += 1
     return changed
+
+
+CUBLAS_WORKSPACE_BYTES = 32 << 20
+# The aten ops that run a cuBLAS matmul on CUDA.
+_CUBLAS_OPS = ("mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv",
+               "dot", "vdot", "_addmm_activation")
+
+
+class Workspaces:
+    """cuBLAS's workspaces of a CUDA run (see the module docstring):
+    `after(func)` is the size of the workspace the op allocates now (0:
+    none), one per "thread": the forward's and the backward's."""
+
+    def __init__(self, nbytes=CUBLAS_WORKSPACE_BYTES):
+        import torch  # pylint: disable=import-outside-toplevel
+        self.nbytes = nbytes
+        self.ops = set()
+        for name in _CUBLAS_OPS:
+            packet = getattr(torch.ops.aten, name, None)
+            if packet is not None:
+                self.ops.update(getattr(packet, overload)
+                                for overload in packet.overloads())
+        self.graph_task = torch._C._current_graph_task_id  # noqa: SLF001
+        self.taken = set()
+
+    def after(self, func):
+        if func not in self.ops:
+            return 0
+        thread = "backward" if self.graph_task() != -1 else "forward"
+        if thread in self.taken:
+            return 0
+        self.taken.add(thread)
+        return self.nbytes
 
 
 def _grouped_mm(func, args, kwargs):

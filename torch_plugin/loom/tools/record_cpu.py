@@ -151,13 +151,19 @@ class Recorder:
     provenance    the trace header's provenance text
     real          run the real arithmetic (False: FakeTensors, the default;
                   see loom.tools.fake_record)
+    cuda_workspaces  record cuBLAS's workspaces as a CUDA run allocates
+                  them (fake_record.Workspaces; default: when not real)
     """
 
     def __init__(self, path=None, *, model=None, optimizer=None, dynamic=(),
                  dynamic_classes=DYNAMIC_CLASSES, modules=True, tensors=(),
-                 cuda_autocast=True, provenance=None, real=False):
+                 cuda_autocast=True, provenance=None, real=False,
+                 cuda_workspaces=None):
         self.path = path
         self.real = bool(real)
+        self.cuda_workspaces = not self.real if cuda_workspaces is None \
+            else bool(cuda_workspaces)
+        self._workspaces = None
         self.model = model
         self.optimizer = optimizer
         self.dynamic = dynamic
@@ -224,6 +230,10 @@ class Recorder:
         try:
             if not self.real:
                 self._enter_fake()
+            if self.cuda_workspaces:
+                # pylint: disable-next=import-outside-toplevel
+                from loom.tools import fake_record
+                self._workspaces = fake_record.Workspaces()
             if self.model is not None:
                 self.watch(self.model, self.dynamic, self.modules)
             if self.optimizer is not None:
@@ -390,6 +400,14 @@ class Recorder:
 
     def _after(self, func, args, kwargs, out):
         """Called by the mode after each operation with its result."""
+        self._outputs(func, args, kwargs, out)
+        if self._workspaces is not None:
+            nbytes = self._workspaces.after(func)
+            if nbytes and self._recording and not self._host:
+                with self._lock:
+                    self._alloc(nbytes)  # never freed
+
+    def _outputs(self, func, args, kwargs, out):
         tensor_type = self._torch.Tensor
         if isinstance(out, tensor_type):
             outs = (out,)
