@@ -419,7 +419,12 @@ class Recorder:
         else:
             return
         inputs = None
-        fresh = self._host_fresh and func in self._lift_ops
+        lifted = func in self._lift_ops
+        fresh = self._host_fresh and lifted
+        # FakeTensors: a tensor made from Python data (torch.tensor) is
+        # lifted into the fake mode, a new storage; in a real recording it
+        # is never an operation's result. Neither is a request.
+        unseen = lifted and self._fake is not None
         for tensor in outs:
             try:
                 storage = tensor.untyped_storage()
@@ -438,7 +443,7 @@ class Recorder:
                 # An unknown input storage existed before: not a request
                 # (but followed, so that a resize of it is one).
                 self._new_storage(storage, key, fresh, record=key not in
-                                  inputs)
+                                  inputs and not unseen)
 
     @staticmethod
     def _leaves(value):

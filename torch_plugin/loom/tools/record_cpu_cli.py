@@ -95,10 +95,12 @@ STEP_OPTIONS = ("model", "set", "steps", "batch", "seq", "recompute",
                 "experts", "dynamic", "full_size", "seed", "real")
 
 
-def add_step_arguments(p, model_required=True):
+def add_step_arguments(p, model_required=True, full_size=False):
     """The options that say which model and which training step to record
-    (`--model` ... `--seed`; dests in STEP_OPTIONS), shared by `loom
-    record-cpu` and `loom what-if --model`."""
+    (`--model` ... `--real`; dests in STEP_OPTIONS), shared by `loom
+    record-cpu` and `loom what-if --model`. `full_size`: the config's own
+    sizes by default (`--tiny` shrinks them; what-if), else tiny ones
+    (`--full-size` keeps the config's; record-cpu)."""
     p.add_argument("--model", required=model_required, metavar="TYPE",
                    help="a transformers model_type: llama, qwen2, qwen3, "
                    "mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, "
@@ -139,8 +141,13 @@ def add_step_arguments(p, model_required=True):
                    metavar="PATTERN",
                    help="more dynamic modules (fnmatch on qualified or class "
                    "names, or re:REGEX); repeatable")
-    p.add_argument("--full-size", action="store_true",
-                   help="the config's own sizes instead of the tiny ones")
+    if full_size:
+        p.add_argument("--tiny", dest="full_size", action="store_false",
+                       help="tiny sizes (hidden 128, 4 layers, ...) instead "
+                       "of the config's own")
+    else:
+        p.add_argument("--full-size", action="store_true",
+                       help="the config's own sizes instead of the tiny ones")
     p.add_argument("--seed", type=_natural, default=0,
                    help="seed of the weights and data (default 0)")
     p.add_argument("--real", action="store_true",
@@ -284,9 +291,15 @@ def record_steps(spec, steps, dynamic=(), argv=(),
     except LoomError:
         raise
     except Exception as error:  # pylint: disable=broad-except
-        raise LoomError(f"the training step failed: "
-                        f"{type(error).__name__}: "
-                        f"{' '.join(str(error).split())}") from None
+        kind = type(error).__name__
+        hint = ""
+        if kind in ("DynamicOutputShapeException",
+                    "DataDependentOutputException"):
+            hint = (" (the step's sizes depend on its data, which a "
+                    "recording without arithmetic does not have: record "
+                    "with --real)")
+        raise LoomError(f"the training step failed: {kind}: "
+                        f"{' '.join(str(error).split())}{hint}") from None
     finally:
         recorder.stop()
     return recorder
