@@ -15,8 +15,8 @@ GPU: an iteration begins at the model's forward (phase "forward", then
 zero_grad's frees fall between iterations, as in the GPU traces
 (gpt2_interleaved: iterations from step to step, the first unmarked).
 
-Then `loom_tool compare --json --plan-from <as measured.json says>` on the
-CPU trace, and the same rows as bench/results/whatif.md compares with the
+Then `loom_tool compare --json --plan-from <as measured.json says>
+--allocators pytorch,pytorch_expandable` on the CPU trace, and the same rows as bench/results/whatif.md compares with the
 H200 (bench/data/traces/gpu/h200_2026-11-26/, measured.json):
 
   requests per iteration     CPU recording / H200 trace
@@ -94,11 +94,12 @@ def record(name, steps=3):
 
 
 def compare(loom_tool, trace_path, plan_from):
-    """{allocator: row} of `loom_tool compare --json`."""
+    """{allocator: row} of `loom_tool compare --json`, the simulators the
+    H200 measured only (no loom plan to search for)."""
     import subprocess  # pylint: disable=import-outside-toplevel
     done = subprocess.run(
         [str(loom_tool), "compare", str(trace_path), "--json",
-         "--plan-from", plan_from, "--loom-time-limit", "5"],
+         "--plan-from", plan_from, "--allocators", ",".join(SIMULATED)],
         capture_output=True, text=True, check=False, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"loom_tool compare failed: {done.stderr}")

@@ -7,8 +7,11 @@ recorded as a loom trace (loom.tools.record_cpu, loom.tools.cpu_models).
                   [--stages P] [--rank R] [--microbatches M]
                   [--dtype fp32|bf16|bf16-pure] [--attn IMPL]
                   [--experts IMPL] [--dynamic PATTERN] [--full-size]
-                  [--seed N] [--device cpu|cuda] [--json]
+                  [--seed N] [--real] [--device cpu|cuda] [--json]
                   -o out.ltb|out.ltt
+
+The step runs on FakeTensors (loom.tools.fake_record: shapes only, no
+arithmetic) unless --real.
 
 Prints one line: the file, requests, iterations, requests per iteration,
 peak live bytes, seconds (with --json, that summary as a JSON object).
@@ -76,8 +79,11 @@ def parser():
         "allocator would receive (sizes as requested, dtypes as under CUDA "
         "autocast), with iteration, phase and module markers (MoE blocks "
         "dynamic). The model is any model_type transformers' AutoConfig "
-        "knows, with random weights and tiny sizes (same structure, real "
-        "routing); --set overrides any config key.")
+        "knows, with random weights and tiny sizes (same structure; "
+        "--full-size: the config's own); --set overrides any config key. "
+        "The step runs on FakeTensors (shapes only, no data: seconds at "
+        "full size); --real runs the arithmetic (needed when sizes follow "
+        "the data, e.g. --experts eager).")
     add_step_arguments(p)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: run the step on the GPU, recorded by loom "
