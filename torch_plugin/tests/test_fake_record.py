@@ -141,3 +141,23 @@ def test_what_if_defaults_to_the_model_s_own_size(argv, full):
     args = record_cpu_cli.parser().parse_args(["--model", "llama", "-o",
                                                "x.ltb"])
     assert record_cpu_cli.spec_from_args(args).tiny  # record-cpu: tiny
+
+
+def test_a_transposed_float32_weight_gradient_is_copied_first():
+    """CUDA's _grouped_mm copies a transposed float32 first operand of a
+    2-D x 2-D product (an expert weight's gradient) to row-major first."""
+    with fake_record.building():
+        grad = torch.randn(64, 48)
+        tokens = torch.randn(64, 32)
+        offsets = torch.tensor([16, 32, 48, 64], dtype=torch.int32)
+    with loom.record_cpu() as rec:
+        out = torch._grouped_mm(grad.t(), tokens, offs=offsets)  # noqa: SLF001
+        contiguous = torch._grouped_mm(grad.t().contiguous(), tokens,  # noqa
+                                       offs=offsets)
+    assert out.shape == contiguous.shape == (4, 48, 32)
+    got = [(e.kind, e.size) for e in rec.events]
+    assert got == [("alloc", 64 * 48 * 4), ("free", 0),   # the copy
+                   ("alloc", 4 * 48 * 32 * 4),            # out
+                   ("alloc", 64 * 48 * 4),                # .contiguous()
+                   ("alloc", 4 * 48 * 32 * 4),            # no copy
+                   ("free", 0)]                           # .contiguous()

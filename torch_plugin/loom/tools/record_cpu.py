@@ -108,7 +108,8 @@ def _mode_class():
                         return fake.scalar(args[0])
                     replaced = fake.override(func)
                     if replaced is not None:
-                        out = replaced(func, args, kwargs)
+                        out = replaced(func, args, kwargs,
+                                       self.recorder._scratch)
                         self.recorder._after(func, args, kwargs, out)
                         return out
                 out = func(*args, **(kwargs or {}))
@@ -493,6 +494,12 @@ class Recorder(RecorderMarkers):
         if self.live_bytes > self.peak_live_bytes:
             self.peak_live_bytes = self.live_bytes
         return request
+
+    def _scratch(self, nbytes):
+        """A temporary a CUDA kernel allocates and frees (fake_record)."""
+        with self._lock:
+            if nbytes and self._recording and not self._host:
+                self._free(self._alloc(nbytes), nbytes)
 
     def _free(self, request, nbytes):
         self.events.append(Event(loom_trace.FREE, id=request))
