@@ -161,3 +161,24 @@ def test_a_transposed_float32_weight_gradient_is_copied_first():
                    ("alloc", 64 * 48 * 4),                # .contiguous()
                    ("alloc", 4 * 48 * 32 * 4),            # no copy
                    ("free", 0)]                           # .contiguous()
+
+
+def test_a_real_model_records_the_same_under_the_fake_mode():
+    """Parameters built outside the fake mode enter it as fake twins
+    (memoized), which are no requests: the trace is the real mode's."""
+    traces = {}
+    for real in (True, False):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 1024),
+                                    torch.nn.ReLU(),
+                                    torch.nn.Linear(1024, 256))
+        optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
+        with loom.record_cpu(model=model, optimizer=optimizer, real=real,
+                             cuda_workspaces=False) as rec:
+            for _ in range(3):
+                model(torch.randn(8, 256)).square().mean().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        traces[real] = [(e.kind, e.size, e.name) for e in rec.events]
+    assert traces[False] == traces[True]
+    assert sum(k == "alloc" for k, _, _ in traces[True]) > 50

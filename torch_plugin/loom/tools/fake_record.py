@@ -48,6 +48,10 @@ what a CUDA run does (docs/plugin.md, "Recording on the CPU"):
   engine's device thread. `Workspaces` records them (after the first
   matmul's result, as the H200 traces have them); a fake recording does
   by default (Recorder(cuda_workspaces=...)).
+- A model built outside the fake mode (real tensors) still records: each
+  real tensor an operation takes is converted to its fake twin
+  (memoized), whose storage is no request; but its memory is real, so
+  build at full size under `building()`.
 - Operations whose result size depends on data (nonzero, masked_select,
   unique, an MoE router's per-expert counts) fail under FakeTensorMode
   without a symbolic shape environment; such models need `real=True`.
@@ -83,6 +87,13 @@ def is_fake(tensor):
     # pylint: disable-next=import-outside-toplevel
     from torch._subclasses.fake_tensor import FakeTensor
     return isinstance(tensor, FakeTensor)
+
+
+def as_fake(tensor):
+    """The FakeTensor fake_mode() uses for real `tensor` (the converter's
+    memo: the same one each time the tensor is an input)."""
+    mode = fake_mode()
+    return mode.fake_tensor_converter.from_real_tensor(mode, tensor)
 
 
 def scalar(tensor):

@@ -463,6 +463,10 @@ class Recorder(RecorderMarkers):
             values += list(self._leaves(list(kwargs.values())))
         for value in values:
             if isinstance(value, tensor_type):
+                if self._fake is not None and not self._fake.is_fake(value):
+                    # A real tensor enters the fake mode as its fake twin
+                    # (memoized): that storage is no request either.
+                    value = self._fake.as_fake(value)
                 try:
                     # pylint: disable-next=protected-access
                     keys.add(value.untyped_storage()._cdata)
