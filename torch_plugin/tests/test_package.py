@@ -108,6 +108,7 @@ def test_the_package_is_split_into_runtime_and_tools():
         "loom.tools.whatif", "loom.tools.workdir_cli",
         "loom.tools.record_cpu", "loom.tools.record_cpu_cli",
         "loom.tools.record_modules", "loom.tools.record_summary",
+        "loom.tools.record_markers", "loom.tools.fake_record",
         "loom.tools.cpu_models", "loom.tools.cpu_autocast",
         "loom.tools.predict", "loom.tools.whatif_model",
         "loom.tools.parallel_shapes", "loom.tools.peak_modules"}

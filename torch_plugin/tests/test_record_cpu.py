@@ -67,7 +67,7 @@ def _check(trace, tmp_path, name="t.ltb"):
 
 def test_known_ops_record_exactly_their_storage_bytes(tmp_path, libloom):
     del libloom
-    with loom.record_cpu() as rec:
+    with loom.record_cpu(real=True) as rec:
         a = torch.empty(1000)                        # 4000 B
         view = a.view(10, 100)                       # a view: nothing
         half = torch.zeros(3, dtype=torch.float16)   # 6 B, as requested
@@ -93,7 +93,7 @@ def test_a_storage_is_freed_when_its_last_view_dies():
     """The free is the storage's death (PyTorch keeps one Python object per
     storage while the storage lives), not the death of the tensor that made
     it."""
-    with loom.record_cpu() as rec:
+    with loom.record_cpu(real=True) as rec:
         base = torch.arange(100.)
         assert base.untyped_storage() is base.untyped_storage()
         view = base[10:20]
@@ -109,7 +109,7 @@ def test_a_storage_is_freed_when_its_last_view_dies():
 def test_tensors_made_before_recording_are_not_requests_unless_tracked():
     before = torch.ones(256)
     tracked = torch.ones(64)
-    with loom.record_cpu(tensors=[tracked]) as rec:
+    with loom.record_cpu(real=True, tensors=[tracked]) as rec:
         before.mul_(2)                  # in place: no request
         alias = before[:10]             # a view of an unknown storage
         before.resize_(512)             # grows: a new request on CUDA
@@ -132,7 +132,7 @@ def test_frees_are_exact_the_live_requests_are_what_autograd_keeps():
         saved.append(tensor)
         return tensor
 
-    with loom.record_cpu(model=model) as rec:
+    with loom.record_cpu(real=True, model=model) as rec:
         x = torch.randn(8, 32)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             y = model(x)
@@ -156,7 +156,7 @@ def test_frees_are_exact_the_live_requests_are_what_autograd_keeps():
 def test_backward_runs_where_the_recorder_sees_it(tmp_path, libloom):
     del libloom
     model = torch.nn.Linear(16, 16)
-    with loom.record_cpu(model=model) as rec:
+    with loom.record_cpu(real=True, model=model) as rec:
         loss = model(torch.randn(4, 16)).sum()
         loss.backward()
     trace = _check(rec.trace, tmp_path)
@@ -179,7 +179,7 @@ def test_runs_of_frees_are_written_in_request_order():
     assert [(e.kind, e.id) for e in record_cpu.canonical_frees(events)] == [
         ("alloc", 1), ("alloc", 2), ("alloc", 3), ("free", 1), ("free", 3),
         ("phase", 0), ("free", 2), ("alloc", 4), ("free", 4)]
-    with loom.record_cpu() as rec:
+    with loom.record_cpu(real=True) as rec:
         tensors = [torch.ones(4) for _ in range(3)]
         tensors.reverse()
         del tensors  # the list drops them last-made first
@@ -187,7 +187,7 @@ def test_runs_of_frees_are_written_in_request_order():
 
 
 def test_host_tensors_are_not_requests():
-    with loom.record_cpu() as rec:
+    with loom.record_cpu(real=True) as rec:
         with rec.host():
             kept = torch.ones(100)       # e.g. a host-side batch
         device = kept + 1
@@ -198,7 +198,7 @@ def test_host_tensors_are_not_requests():
 
 
 def test_a_recorder_records_once_and_nothing_after_stop():
-    rec = record_cpu.Recorder()
+    rec = record_cpu.Recorder(real=True)
     with rec:
         a = torch.ones(10)
     del a
@@ -259,7 +259,7 @@ def test_model_and_optimizer_give_iterations_phases_and_modules(tmp_path,
     model = _Net()
     optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
     params = len(list(model.parameters()))
-    with loom.record_cpu(tmp_path / "net.ltt", model=model,
+    with loom.record_cpu(tmp_path / "net.ltt", real=True, model=model,
                          optimizer=optimizer, dynamic=["out"]) as rec:
         _train(model, optimizer, 4)
     trace = loom_trace.read_trace(tmp_path / "net.ltt")  # checked by libloom
@@ -314,7 +314,7 @@ def test_optimizer_step_counts_stay_on_the_host():
     one per parameter, and nothing of 4 bytes."""
     model = torch.nn.Linear(16, 8)
     optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
-    with loom.record_cpu(model=model, optimizer=optimizer) as rec:
+    with loom.record_cpu(real=True, model=model, optimizer=optimizer) as rec:
         for _ in range(3):
             model(torch.randn(4, 16)).sum().backward()
             optimizer.step()
@@ -334,7 +334,7 @@ def test_dense_iterations_repeat():
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
                                 torch.nn.Linear(32, 1))
     optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
-    with loom.record_cpu(model=model, optimizer=optimizer) as dense:
+    with loom.record_cpu(real=True, model=model, optimizer=optimizer) as dense:
         for _ in range(5):
             model(torch.randn(8, 16)).sum().backward()
             optimizer.step()
@@ -346,7 +346,7 @@ def test_dense_iterations_repeat():
 
 def test_stop_closes_open_modules_and_iterations(tmp_path, libloom):
     del libloom
-    rec = record_cpu.Recorder()
+    rec = record_cpu.Recorder(real=True)
     with rec:
         rec.begin_iteration()
         rec.module_enter("outer")
@@ -374,7 +374,7 @@ def test_stop_closes_open_modules_and_iterations(tmp_path, libloom):
 
 def test_a_dynamic_pattern_that_matches_nothing_is_an_error():
     with pytest.raises(loom.LoomError, match="matches no module"):
-        with loom.record_cpu(model=torch.nn.Linear(2, 2),
+        with loom.record_cpu(real=True, model=torch.nn.Linear(2, 2),
                              dynamic=["experts"]):
             pass
     assert record_cpu.dynamic_modules(_Net(), (), "Experts") == ["moe"]
@@ -475,7 +475,7 @@ def test_recorded_sizes_under_autocast_are_cuda_sizes():
     w = torch.randn(32, 32, requires_grad=True)
     for cuda_policy, softmax_bytes in ((True, 64 * 32 * 4),
                                        (False, 64 * 32 * 2)):
-        with loom.record_cpu(cuda_autocast=cuda_policy) as rec:
+        with loom.record_cpu(real=True, cuda_autocast=cuda_policy) as rec:
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 y = x @ w
                 p = torch.softmax(y, -1)
@@ -558,7 +558,7 @@ def test_moe_model_blocks_are_dynamic_with_real_routing(tmp_path, libloom,
     del libloom
     trace = _record_model(tmp_path, "moe.ltb", "--model", "mixtral",
                           "--experts", "eager", "--steps", "4", "--set",
-                          "num_hidden_layers=2")
+                          "num_hidden_layers=2", "--real")
     assert "4 iterations" in capsys.readouterr().out
     enters = _events(trace, loom_trace.MODULE_ENTER)
     dynamic = {e.name for e in enters if e.dynamic}
@@ -696,7 +696,7 @@ def test_compare_traces_names_what_one_side_lacks(tmp_path):
     and a copy with an extra 4 MiB workspace in every iteration."""
     model = torch.nn.Linear(8, 8)
     optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
-    with loom.record_cpu(model=model, optimizer=optimizer) as rec:
+    with loom.record_cpu(real=True, model=model, optimizer=optimizer) as rec:
         for _ in range(4):
             model(torch.randn(2, 8)).sum().backward()
             optimizer.step()

@@ -21,6 +21,9 @@
 # vocabulary 32000; 2 x 1024 tokens per micro-batch), so all of them take
 # about 15 minutes on two cores and up to 10 GiB of memory (the Mixtral
 # ones); `./loom record-cpu` without --set and --seq makes tiny ones.
+# They run the real arithmetic (--real: the corpus predates recording on
+# FakeTensors, and the Mixtral ones route tokens with data-dependent
+# shapes, which only a real step has).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -31,17 +34,17 @@ BATCH=
 
 # name | arguments of ./loom record-cpu
 TRACES=(
-  "llama_plain.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000"
-  "llama_recompute.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000 --recompute"
-  "llama_1f1b_rank0.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000,num_hidden_layers=8 --schedule 1f1b --stages 4 --microbatches 8"
-  "llama_1f1b_rank3.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000,num_hidden_layers=8 --schedule 1f1b --stages 4 --microbatches 8 --rank 3"
-  "llama_interleaved.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000,num_hidden_layers=8 --schedule interleaved:2 --stages 2 --microbatches 4"
-  "llama_interleaved_recompute.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000,num_hidden_layers=8 --schedule interleaved:2 --stages 2 --microbatches 4 --recompute"
-  "mixtral_plain.ltb|--model mixtral --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000 --experts eager"
-  "mixtral_recompute.ltb|--model mixtral --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000 --experts eager --recompute"
-  "qwen3_moe_plain.ltb|--model qwen3_moe --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,moe_intermediate_size=768,num_attention_heads=16,num_key_value_heads=4,vocab_size=32000"
-  "qwen3_moe_interleaved.ltb|--model qwen3_moe --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,moe_intermediate_size=768,num_attention_heads=16,num_key_value_heads=4,vocab_size=32000,num_hidden_layers=8 --experts eager --schedule interleaved:2 --stages 2 --microbatches 4"
-  "deepseek_v3_plain.ltb|--model deepseek_v3 --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,moe_intermediate_size=768,num_attention_heads=16,num_key_value_heads=16,q_lora_rank=512,kv_lora_rank=512,qk_rope_head_dim=64,qk_nope_head_dim=128,v_head_dim=128,vocab_size=32000 --experts eager"
+  "llama_plain.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000 --real"
+  "llama_recompute.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000 --recompute --real"
+  "llama_1f1b_rank0.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000,num_hidden_layers=8 --schedule 1f1b --stages 4 --microbatches 8 --real"
+  "llama_1f1b_rank3.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000,num_hidden_layers=8 --schedule 1f1b --stages 4 --microbatches 8 --rank 3 --real"
+  "llama_interleaved.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000,num_hidden_layers=8 --schedule interleaved:2 --stages 2 --microbatches 4 --real"
+  "llama_interleaved_recompute.ltb|--model llama --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000,num_hidden_layers=8 --schedule interleaved:2 --stages 2 --microbatches 4 --recompute --real"
+  "mixtral_plain.ltb|--model mixtral --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000 --experts eager --real"
+  "mixtral_recompute.ltb|--model mixtral --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,num_attention_heads=16,num_key_value_heads=4,head_dim=64,vocab_size=32000 --experts eager --recompute --real"
+  "qwen3_moe_plain.ltb|--model qwen3_moe --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,moe_intermediate_size=768,num_attention_heads=16,num_key_value_heads=4,vocab_size=32000 --real"
+  "qwen3_moe_interleaved.ltb|--model qwen3_moe --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,moe_intermediate_size=768,num_attention_heads=16,num_key_value_heads=4,vocab_size=32000,num_hidden_layers=8 --experts eager --schedule interleaved:2 --stages 2 --microbatches 4 --real"
+  "deepseek_v3_plain.ltb|--model deepseek_v3 --dtype bf16 --steps 6 --batch 2 --seq 1024 --set hidden_size=1024,intermediate_size=2816,moe_intermediate_size=768,num_attention_heads=16,num_key_value_heads=16,q_lora_rank=512,kv_lora_rank=512,qk_rope_head_dim=64,qk_nope_head_dim=128,v_head_dim=128,vocab_size=32000 --experts eager --real"
 )
 
 names=()

@@ -210,7 +210,7 @@ def _hf_model(torch, spec_, device="cuda"):
 class _Gpt2Chunks:
     """A GPT-2-style model in pure torch, its blocks split into chunks."""
 
-    def __init__(self, torch, spec_):
+    def __init__(self, torch, spec_, device="cuda"):
         nn = torch.nn
         functional = torch.nn.functional
         vocab, width, layers, heads, _, ffn = spec_.dims
@@ -278,7 +278,7 @@ class _Gpt2Chunks:
         if layers % chunks:
             raise ValueError(f"{layers} layers do not split into {chunks}")
         per = layers // chunks
-        with torch.device("cuda"):
+        with torch.device(device):
             parts = [[Block() for _ in range(per)] for _ in range(chunks)]
             if chunks == 1:
                 raise ValueError("gpt2_interleaved needs 2 chunks or more")
@@ -294,9 +294,9 @@ class InterleavedTrainer(Trainer):
     detached from the previous chunk's output (as a pipeline stage receives
     it), and its gradient is handed back in the backward."""
 
-    def __init__(self, torch, spec_, micro_batch, seed=1234):
-        model = _Gpt2Chunks(torch, spec_).chunks
-        super().__init__(torch, spec_, model, micro_batch, seed)
+    def __init__(self, torch, spec_, micro_batch, seed=1234, device="cuda"):
+        model = _Gpt2Chunks(torch, spec_, device).chunks
+        super().__init__(torch, spec_, model, micro_batch, seed, device)
         self.order = interleaved_order(spec_.microbatches, spec_.stages,
                                        spec_.chunks)
 
@@ -310,7 +310,7 @@ class InterleavedTrainer(Trainer):
         total = 0.0
         for kind, chunk, mb in self.order:
             if kind == "F":
-                with torch.autocast("cuda", dtype=torch.bfloat16):
+                with torch.autocast(self.device, dtype=torch.bfloat16):
                     if chunk == 0:
                         out = self.model[0](tokens[mb])
                     else:
@@ -339,14 +339,12 @@ class InterleavedTrainer(Trainer):
 def build(torch, spec_, micro_batch, seed=1234, device="cuda"):
     """A Trainer for `spec_` with `micro_batch` sequences per micro-batch.
     Precondition: CUDA is usable (and the allocator already chosen).
-    `device="cpu"` (the HF models only: llama, moe) runs the same step on
-    the CPU, for host-time measurements without a GPU
-    (bench/gpu/train/markers_host.py)."""
+    `device="cpu"` runs the same step on the CPU: host-time measurements
+    without a GPU (bench/gpu/train/markers_host.py), and CPU recordings of
+    the GPU runs' steps (bench/gpu/train/cpu_fidelity.py)."""
     torch.manual_seed(seed)
     if spec_.kind == "gpt2vp":
-        if device != "cuda":
-            raise ValueError("gpt2_interleaved runs on cuda only")
-        return InterleavedTrainer(torch, spec_, micro_batch, seed)
+        return InterleavedTrainer(torch, spec_, micro_batch, seed, device)
     return Trainer(torch, spec_, _hf_model(torch, spec_, device), micro_batch,
                    seed, device)
 

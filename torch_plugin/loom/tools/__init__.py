@@ -19,7 +19,10 @@
   record_cpu       a training step on the CPU -> the trace of the CUDA
                    allocator's requests (`loom.record_cpu`)
   record_modules   the modules it marks (MoE blocks dynamic), its hooks
+  record_markers   the recorder's marker events and watch hooks
   record_summary   counting and comparing recorded events
+  fake_record      recording without arithmetic (FakeTensors): the
+                   shared fake mode and what it emulates of CUDA
   cpu_autocast     CUDA's autocast policy on CPU autocast, while recording
   cpu_models       models by name (transformers configs), their training
                    steps and Megatron's pipeline orders

@@ -47,6 +47,7 @@ micro-batch (and chunk), then optimizer; pipeline chunks are modules named
 transformers and torch are imported inside the functions only.
 """
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -103,6 +104,7 @@ class StepSpec:
     experts: str = None      # experts_implementation (None: transformers')
     tiny: bool = True
     seed: int = 0
+    real: bool = False       # real arithmetic (False: FakeTensors)
 
 
 class ModelError(LoomError):
@@ -452,6 +454,16 @@ class Trainer:
         import torch  # pylint: disable=import-outside-toplevel
         self.torch = torch
         self.spec = spec
+        # pylint: disable-next=import-outside-toplevel
+        from loom.tools import fake_record
+        with contextlib.nullcontext() if spec.real else \
+                fake_record.building():
+            self._build(spec)
+        self.sink = _NoSink()
+        self.device = "cpu"
+
+    def _build(self, spec):
+        torch = self.torch
         self.config, self.model = build_model(spec)
         self.vocab = self.config.vocab_size
         self.stage = None
@@ -466,8 +478,6 @@ class Trainer:
         self.order = schedule_order(spec.schedule, spec.microbatches,
                                     spec.stages, spec.chunks, spec.rank)
         self.optimizer = torch.optim.AdamW(params, lr=1e-4, foreach=True)
-        self.sink = _NoSink()
-        self.device = "cpu"
 
     def autocast(self):
         torch = self.torch

@@ -2,6 +2,8 @@
 PyTorch's CUDA caching allocator would receive, without a GPU.
 
     import loom
+    with loom.tools.fake_record.building():   # no data: shapes only
+        model, optimizer = build(), torch.optim.AdamW(...)
     with loom.record_cpu("step.ltb", model=model, optimizer=optimizer):
         for batch in batches:                 # a few iterations
             loss = model(**batch).loss        # marks iteration + "forward"
@@ -9,23 +11,29 @@ PyTorch's CUDA caching allocator would receive, without a GPU.
             optimizer.step()                  # "optimizer", iteration ends
             optimizer.zero_grad()
 
+Fake or real. By default the step runs on FakeTensors (PyTorch's
+FakeTensorMode, entered while recording; loom.tools.fake_record): every
+operation gives results of the real shapes, dtypes and storage sizes and
+computes nothing, so a full-size model records in seconds. `real=True`
+runs the real arithmetic on the CPU (models whose sizes depend on data:
+MoE routing with data-dependent shapes).
+
 How the requests are seen. A `TorchDispatchMode` sees the outputs of every
 aten operation that runs while recording, forward and backward alike (on
 the CPU, autograd runs the backward on the calling thread, and the mode is
 part of the thread-local state it carries). A storage the recorder has not
 seen before, which is not one of the operation's inputs, is a new
 allocation of `untyped_storage().nbytes()` bytes: the exact request (the
-512 B rounding is the allocator's, applied by loom and the simulators).
-Views share their storage and allocate nothing. PyTorch keeps one Python
-object per storage for as long as the storage lives, so a weak reference
-to it calls back when the storage dies: that is the free, at the exact
-point of the program where the last reference went (CPython frees at once;
-only objects in reference cycles wait for the cycle collector; frees with
-nothing between them are written in request order). A storage
-whose size changes (`resize_`) is a new request followed by the free of
-the old one, as on CUDA. Storages alive before recording starts are
-set-up allocations, recorded at the start: the parameters, gradients and
-buffers of `model`, the state of `optimizer`, and `tensors`.
+512 B rounding is the allocator's). Views share their storage and allocate
+nothing. PyTorch keeps one Python object per storage (fake tensors' meta
+storages too) for as long as the storage lives, so a weak reference to it
+calls back when the storage dies: that is the free, at the exact point of
+the program where the last reference went (CPython frees at once; frees
+with nothing between them are written in request order). A storage whose
+size changes (`resize_`) is a new request followed by the free of the old
+one, as on CUDA. Storages alive before recording starts are set-up
+allocations, recorded at the start: the parameters, gradients and buffers
+of `model`, the state of `optimizer`, and `tensors`.
 
 Markers. Iterations, phases and modules, as loom's own markers put them in
 a GPU recording (docs/plugin.md): with `model=`, its forward begins an
@@ -35,38 +43,32 @@ the iteration (the next one begins at the next forward, phase, module or
 allocation). Every module's forward is a module enter/exit (its qualified
 name; the root is named by its class); modules whose class name matches
 DYNAMIC_CLASSES (MoE blocks and experts) or a `dynamic=` pattern are
-flagged dynamic and also marked around their backward. The markers can be
-given by hand: `rec.begin_iteration()`, `rec.end_iteration()`,
-`rec.step()`, `rec.phase(name)`, `rec.module_enter(name, dynamic)`,
+flagged dynamic and also marked around their backward. By hand:
+`rec.begin_iteration()`, `rec.end_iteration()`, `rec.step()`,
+`rec.phase(name)`, `rec.module_enter(name, dynamic)`,
 `rec.module_exit(name)`. Everything is on stream 0, device 0.
 
-Host memory. A CUDA run keeps some tensors on the host: the `step` counts
-of torch.optim optimizers (unless capturable or fused) and the scalar
-foreach AdamW adds to them. Tensors created from Python data
-(`torch.tensor(...)`) inside a watched torch.optim optimizer's step are
-therefore not recorded; `with rec.host():` excludes anything else (e.g.
-data loading that a CUDA run does on the host).
+Host memory. The `step` counts of torch.optim optimizers (unless
+capturable or fused) and the scalar foreach AdamW adds to them live on the
+host in a CUDA run: tensors created from Python data inside a watched
+torch.optim optimizer's step are not recorded; `with rec.host():` excludes
+anything else.
 
 Mixed precision. Under `torch.autocast("cpu", dtype=torch.bfloat16)` the
-recorder applies CUDA's autocast policy instead of the CPU's (see
-loom.tools.cpu_autocast), so tensors get the dtypes, hence the sizes, they
-would have on CUDA. `cuda_autocast=False` keeps the CPU's policy.
+recorder applies CUDA's autocast policy (loom.tools.cpu_autocast), so
+tensors get the dtypes, hence the sizes, they would have on CUDA.
+`cuda_autocast=False` keeps the CPU's policy.
 
 What the recorder cannot see (docs/plugin.md, "Recording on the CPU"):
-memory a CUDA kernel or library allocates for itself through the caching
-allocator (cuBLAS/cuBLASLt workspaces, attention backward workspaces, CUB
-temporaries of sort/topk/nonzero/unique, split reductions, embedding
-backward), operations whose CUDA implementation returns different tensors
-than the CPU's (the fused attention kernels' auxiliary outputs), and
-anything the code does differently on CUDA (`if x.is_cuda`, other kernels
-chosen, CUDA graphs, NCCL buffers).
+memory a CUDA kernel or library allocates for itself (cuBLAS workspaces,
+attention backward workspaces, CUB temporaries), operations whose CUDA
+implementation returns different tensors than the CPU's, and anything the
+code does differently on CUDA (`if x.is_cuda`, CUDA graphs, NCCL).
 
-Traces are written by libloom (loom.tools.trace.write_trace): text for a
-`.ltt` name, binary otherwise. torch is imported only when a recorder
-starts, so importing this module does not import it. Which modules are
-marked, and the hooks, are in loom.tools.record_modules; the summary and
-frees' canonical order in loom.tools.record_summary (both names are
-available here too).
+Traces are written by libloom (loom.tools.trace.write_trace). torch is
+imported only when a recorder starts. Module markers and hooks are in
+loom.tools.record_modules; the summary and frees' canonical order in
+loom.tools.record_summary (both names are available here too).
 """
 
 import threading
@@ -76,6 +78,7 @@ from loom.errors import LoomError
 from loom.tools import trace as loom_trace
 from loom.tools.record_modules import (  # noqa: F401  (this module's API)
     DYNAMIC_CLASSES, dynamic_modules, hook_modules, hook_root, module_names)
+from loom.tools.record_markers import RecorderMarkers
 from loom.tools.record_summary import (  # noqa: F401  (this module's API)
     canonical_frees, compare_traces, summarize)
 from loom.tools.trace import Event
@@ -99,6 +102,16 @@ def _mode_class():
                 self.recorder = recorder
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                fake = self.recorder._fake
+                if fake is not None and args and fake.is_fake(args[0]):
+                    if func is self.recorder._scalar_op:
+                        return fake.scalar(args[0])
+                    replaced = fake.override(func)
+                    if replaced is not None:
+                        out = replaced(func, args, kwargs,
+                                       self.recorder._scratch)
+                        self.recorder._after(func, args, kwargs, out)
+                        return out
                 out = func(*args, **(kwargs or {}))
                 self.recorder._after(func, args, kwargs, out)
                 return out
@@ -119,7 +132,7 @@ class _Storage:
 
 
 
-class Recorder:
+class Recorder(RecorderMarkers):
     """Records the CUDA allocator's requests of the PyTorch code run while
     it is active, on the CPU. A context manager (`loom.record_cpu(...)`);
     `start()` / `stop()` do the same by hand. See the module docstring.
@@ -138,12 +151,21 @@ class Recorder:
     tensors       more tensors (or modules) alive before recording starts
     cuda_autocast apply CUDA's autocast policy under CPU autocast (True)
     provenance    the trace header's provenance text
+    real          run the real arithmetic (False: FakeTensors, the default;
+                  see loom.tools.fake_record)
+    cuda_workspaces  record cuBLAS's workspaces as a CUDA run allocates
+                  them (fake_record.Workspaces; default: when not real)
     """
 
     def __init__(self, path=None, *, model=None, optimizer=None, dynamic=(),
                  dynamic_classes=DYNAMIC_CLASSES, modules=True, tensors=(),
-                 cuda_autocast=True, provenance=None):
+                 cuda_autocast=True, provenance=None, real=False,
+                 cuda_workspaces=None):
         self.path = path
+        self.real = bool(real)
+        self.cuda_workspaces = not self.real if cuda_workspaces is None \
+            else bool(cuda_workspaces)
+        self._workspaces = None
         self.model = model
         self.optimizer = optimizer
         self.dynamic = dynamic
@@ -170,6 +192,9 @@ class Recorder:
         self._removers = []
         self._torch = None
         self._lift_ops = ()
+        self._scalar_op = None
+        self._fake = None         # loom.tools.fake_record when fake
+        self._fake_exits = []     # what start() entered for a fake step
         self.live_bytes = 0
         self.peak_live_bytes = 0
         self.setup_bytes = 0
@@ -201,9 +226,16 @@ class Recorder:
         self._torch = torch
         self._lift_ops = (torch.ops.aten.lift_fresh.default,
                           torch.ops.aten.lift_fresh_copy.default)
+        self._scalar_op = torch.ops.aten._local_scalar_dense.default
         self._started = True
         self._recording = True
         try:
+            if not self.real:
+                self._enter_fake()
+            if self.cuda_workspaces:
+                # pylint: disable-next=import-outside-toplevel
+                from loom.tools import fake_record
+                self._workspaces = fake_record.Workspaces()
             if self.model is not None:
                 self.watch(self.model, self.dynamic, self.modules)
             if self.optimizer is not None:
@@ -240,6 +272,8 @@ class Recorder:
         if self._policy is not None:
             self._policy.remove()
             self._policy = None
+        while self._fake_exits:
+            self._fake_exits.pop()()
         while self._removers:
             self._removers.pop()()
         with self._lock:
@@ -256,6 +290,22 @@ class Recorder:
             self._pending = False
             self._recording = False
             self.events = canonical_frees(self.events)
+
+    def _enter_fake(self):
+        """Enters the fake mode and transformers' eager paths until stop()."""
+        # pylint: disable-next=import-outside-toplevel
+        from loom.tools import fake_record
+        self._fake = fake_record
+        for context in (fake_record.fake_mode(),
+                        fake_record.patch_transformers()):
+            context.__enter__()
+            self._fake_exits.append(
+                lambda c=context: c.__exit__(None, None, None))
+
+    @property
+    def fake(self):
+        """True when the step runs on FakeTensors (not `real`)."""
+        return not self.real
 
     @property
     def recording(self):
@@ -352,6 +402,14 @@ class Recorder:
 
     def _after(self, func, args, kwargs, out):
         """Called by the mode after each operation with its result."""
+        self._outputs(func, args, kwargs, out)
+        if self._workspaces is not None:
+            nbytes = self._workspaces.after(func)
+            if nbytes and self._recording and not self._host:
+                with self._lock:
+                    self._alloc(nbytes)  # never freed
+
+    def _outputs(self, func, args, kwargs, out):
         tensor_type = self._torch.Tensor
         if isinstance(out, tensor_type):
             outs = (out,)
@@ -363,7 +421,12 @@ class Recorder:
         else:
             return
         inputs = None
-        fresh = self._host_fresh and func in self._lift_ops
+        lifted = func in self._lift_ops
+        fresh = self._host_fresh and lifted
+        # FakeTensors: a tensor made from Python data (torch.tensor) is
+        # lifted into the fake mode, a new storage; in a real recording it
+        # is never an operation's result. Neither is a request.
+        unseen = lifted and self._fake is not None
         for tensor in outs:
             try:
                 storage = tensor.untyped_storage()
@@ -382,7 +445,7 @@ class Recorder:
                 # An unknown input storage existed before: not a request
                 # (but followed, so that a resize of it is one).
                 self._new_storage(storage, key, fresh, record=key not in
-                                  inputs)
+                                  inputs and not unseen)
 
     @staticmethod
     def _leaves(value):
@@ -400,6 +463,10 @@ class Recorder:
             values += list(self._leaves(list(kwargs.values())))
         for value in values:
             if isinstance(value, tensor_type):
+                if self._fake is not None and not self._fake.is_fake(value):
+                    # A real tensor enters the fake mode as its fake twin
+                    # (memoized): that storage is no request either.
+                    value = self._fake.as_fake(value)
                 try:
                     # pylint: disable-next=protected-access
                     keys.add(value.untyped_storage()._cdata)
@@ -432,6 +499,12 @@ class Recorder:
             self.peak_live_bytes = self.live_bytes
         return request
 
+    def _scratch(self, nbytes):
+        """A temporary a CUDA kernel allocates and frees (fake_record)."""
+        with self._lock:
+            if nbytes and self._recording and not self._host:
+                self._free(self._alloc(nbytes), nbytes)
+
     def _free(self, request, nbytes):
         self.events.append(Event(loom_trace.FREE, id=request))
         self.live_bytes -= nbytes
@@ -452,151 +525,6 @@ class Recorder:
             if entry is not None and entry.request is not None and \
                     self._recording:
                 self._free(entry.request, entry.nbytes)
-
-    # --------------------------------------------------------------- markers
-
-    def _emit(self, event):
-        self._ensure_iteration()
-        self.events.append(event)
-
-    def _ensure_iteration(self):
-        if self._pending:
-            self._pending = False
-            self._begin()
-
-    def _begin(self):
-        if self._iteration is None:
-            self._iteration = self._next_iteration
-            self._next_iteration += 1
-            self.events.append(Event(loom_trace.ITER_BEGIN,
-                                     id=self._iteration))
-
-    def _close_modules(self):
-        while self._stack:
-            self.events.append(Event(loom_trace.MODULE_EXIT,
-                                     name=self._stack.pop()))
-
-    def begin_iteration(self):
-        """Begins an iteration unless one is open."""
-        with self._lock:
-            if self._recording:
-                self._pending = False
-                self._begin()
-
-    def end_iteration(self):
-        """Ends the open iteration (open modules are closed first)."""
-        with self._lock:
-            self._pending = False
-            if self._recording and self._iteration is not None:
-                self._close_modules()
-                self.events.append(Event(loom_trace.ITER_END,
-                                         id=self._iteration))
-                self._iteration = None
-
-    def step(self):
-        """Ends the iteration; the next begins with the next forward,
-        phase, module or allocation (frees alone do not begin one)."""
-        with self._lock:
-            self.end_iteration()
-            self._pending = self._recording
-
-    def phase(self, name):
-        """Marks the start of phase `name` (forward, backward, optimizer,
-        eval, or any name)."""
-        if not isinstance(name, str) or not name:
-            raise LoomError(f"record_cpu: a phase needs a non-empty name, "
-                            f"got {name!r}")
-        with self._lock:
-            if self._recording:
-                self._emit(Event(loom_trace.PHASE, name=name))
-
-    def module_enter(self, name, dynamic=False):
-        with self._lock:
-            if self._recording:
-                self._emit(Event(loom_trace.MODULE_ENTER, name=name,
-                                 dynamic=bool(dynamic)))
-                self._stack.append(name)
-
-    def module_exit(self, name):
-        """Leaves module `name`, closing the modules opened inside it; an
-        exit of a module that is not open is dropped."""
-        with self._lock:
-            if not self._recording or name not in self._stack:
-                return
-            while self._stack:
-                inner = self._stack.pop()
-                self.events.append(Event(loom_trace.MODULE_EXIT, name=inner))
-                if inner == name:
-                    break
-
-    class _HostBlock:
-        def __init__(self, recorder):
-            self.recorder = recorder
-
-        def __enter__(self):
-            with self.recorder._lock:
-                self.recorder._host += 1
-
-        def __exit__(self, *_):
-            with self.recorder._lock:
-                self.recorder._host -= 1
-
-    def host(self):
-        """`with rec.host():` tensors created inside are host memory on
-        CUDA too: not recorded (nor their frees)."""
-        return self._HostBlock(self)
-
-    # ----------------------------------------------------------------- hooks
-
-    def watch(self, model, dynamic=(), modules=True):
-        """Marks iterations and phases from `model`'s forward and its
-        output's gradient (record_modules.hook_root), and its modules
-        (`watch_modules`)."""
-        names = self.watch_modules(model, dynamic, modules)
-        # After watch_modules: the root's module enter follows the phase.
-        self._removers.extend(hook_root(model, self))
-        return names
-
-    def watch_modules(self, model, dynamic=(), modules=True):
-        """Module enter/exit markers around the forward of every module of
-        `model` (`modules=False`: of the dynamic ones only), and around the
-        backward of the dynamic ones. Returns the dynamic modules' names."""
-        found, removers = hook_modules(model, self, dynamic,
-                                       self.dynamic_classes, modules)
-        self.dynamic_modules.extend(found)
-        self._removers.extend(removers)
-        return found
-
-    @staticmethod
-    def _steps_on_host(optimizer):
-        """torch.optim keeps `step` on the host unless capturable or fused."""
-        if not type(optimizer).__module__.startswith("torch.optim"):
-            return False
-        return not any(group.get("capturable") or group.get("fused")
-                       for group in optimizer.param_groups)
-
-    def watch_optimizer(self, optimizer):
-        """`optimizer.step()` marks "optimizer" and ends the iteration."""
-        host_steps = self._steps_on_host(optimizer)
-
-        def pre(*_):
-            self.phase("optimizer")
-            if host_steps:
-                with self._lock:
-                    self._host_fresh += 1
-
-        def post(*_):
-            if host_steps:
-                with self._lock:
-                    self._host_fresh -= 1
-            self.step()
-
-        if not hasattr(optimizer, "register_step_pre_hook"):
-            raise LoomError("record_cpu: the optimizer has no step hooks "
-                            "(register_step_pre_hook); mark iterations with "
-                            "rec.step() instead")
-        self._removers.append(optimizer.register_step_pre_hook(pre).remove)
-        self._removers.append(optimizer.register_step_post_hook(post).remove)
 
     # ----------------------------------------------------------------- stats
 

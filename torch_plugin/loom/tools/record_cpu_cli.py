@@ -7,13 +7,14 @@ recorded as a loom trace (loom.tools.record_cpu, loom.tools.cpu_models).
                   [--stages P] [--rank R] [--microbatches M]
                   [--dtype fp32|bf16|bf16-pure] [--attn IMPL]
                   [--experts IMPL] [--dynamic PATTERN] [--full-size]
-                  [--seed N] [--device cpu|cuda] [--json]
+                  [--seed N] [--real] [--device cpu|cuda] [--json]
                   [--config FILE] [--tp N] [--pp N] [--dp N --zero S]
                   [--optimizer adamw|sgd]
                   -o out.ltb|out.ltt
 
---config, --tp, --pp (= --stages), --dp/--zero and --optimizer: one rank
-of a multi-GPU job (loom.tools.parallel_shapes).
+The step runs on FakeTensors (loom.tools.fake_record: shapes only, no
+arithmetic) unless --real. --config, --tp, --pp (= --stages), --dp/--zero
+and --optimizer: one rank of a multi-GPU job (loom.tools.parallel_shapes).
 
 Prints one line: the file, requests, iterations, requests per iteration,
 peak live bytes, seconds (with --json, that summary as a JSON object).
@@ -82,8 +83,11 @@ def parser():
         "allocator would receive (sizes as requested, dtypes as under CUDA "
         "autocast), with iteration, phase and module markers (MoE blocks "
         "dynamic). The model is any model_type transformers' AutoConfig "
-        "knows, with random weights and tiny sizes (same structure, real "
-        "routing); --set overrides any config key.")
+        "knows, with random weights and tiny sizes (same structure; "
+        "--full-size: the config's own); --set overrides any config key. "
+        "The step runs on FakeTensors (shapes only, no data: seconds at "
+        "full size); --real runs the arithmetic (needed when sizes follow "
+        "the data, e.g. --experts eager).")
     add_step_arguments(p)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: run the step on the GPU, recorded by loom "
@@ -98,14 +102,16 @@ def parser():
 # The destinations of add_step_arguments' options, --model's first.
 STEP_OPTIONS = ("model", "set", "steps", "batch", "seq", "recompute",
                 "schedule", "stages", "rank", "microbatches", "dtype", "attn",
-                "experts", "dynamic", "full_size", "seed",
+                "experts", "dynamic", "full_size", "seed", "real",
                 *parallel_shapes.OPTIONS)
 
 
-def add_step_arguments(p, model_required=True):
+def add_step_arguments(p, model_required=True, full_size=False):
     """The options that say which model and which training step to record
-    (`--model` ... `--seed`; dests in STEP_OPTIONS), shared by `loom
-    record-cpu` and `loom what-if --model`."""
+    (`--model` ... `--real`; dests in STEP_OPTIONS), shared by `loom
+    record-cpu` and `loom what-if --model`. `full_size`: the config's own
+    sizes by default (`--tiny` shrinks them; what-if), else tiny ones
+    (`--full-size` keeps the config's; record-cpu)."""
     p.add_argument("--model", required=False, metavar="TYPE",
                    help="a transformers model_type: llama, qwen2, qwen3, "
                    "mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, "
@@ -147,10 +153,19 @@ def add_step_arguments(p, model_required=True):
                    metavar="PATTERN",
                    help="more dynamic modules (fnmatch on qualified or class "
                    "names, or re:REGEX); repeatable")
-    p.add_argument("--full-size", action="store_true",
-                   help="the config's own sizes instead of the tiny ones")
+    if full_size:
+        p.add_argument("--tiny", dest="full_size", action="store_false",
+                       help="tiny sizes (hidden 128, 4 layers, ...) instead "
+                       "of the config's own")
+    else:
+        p.add_argument("--full-size", action="store_true",
+                       help="the config's own sizes instead of the tiny ones")
     p.add_argument("--seed", type=_natural, default=0,
                    help="seed of the weights and data (default 0)")
+    p.add_argument("--real", action="store_true",
+                   help="run the real arithmetic on the CPU (default: "
+                   "FakeTensors, shapes only, no data; --real for models "
+                   "whose sizes depend on the data)")
     parallel_shapes.add_arguments(p)
     del model_required  # --model or --config: parallel_shapes checks
 
@@ -184,7 +199,8 @@ def spec_from_args(args):
         batch=args.batch, seq=args.seq, recompute=args.recompute,
         schedule=schedule, chunks=chunks, stages=stages, rank=args.rank,
         microbatches=microbatches, dtype=args.dtype, attn=args.attn,
-        experts=args.experts, tiny=not args.full_size, seed=args.seed)
+        experts=args.experts, tiny=not args.full_size, seed=args.seed,
+        real=args.real)
 
 
 def rank_spec_from_args(args):
@@ -226,7 +242,9 @@ def provenance(argv, spec, config, command="./loom record-cpu"):
             f"(seed {spec.seed}), no data; schedule {schedule}"
             f", stages {spec.stages}, rank {spec.rank}, microbatches "
             f"{spec.microbatches}, batch {spec.batch}, seq {spec.seq}, dtype "
-            f"{spec.dtype}, recompute {spec.recompute}, stream 0 | config "
+            f"{spec.dtype}, recompute {spec.recompute}, "
+            f"{'real arithmetic' if spec.real else 'FakeTensors (no data)'}"
+            f", stream 0 | config "
             f"{sizes}")
     return text[:60000]
 
@@ -301,7 +319,7 @@ def record_steps(spec, steps, dynamic=(), argv=(),
     from loom.tools import record_cpu
     trainer = _trainer(spec)
     recorder = record_cpu.Recorder(
-        None, tensors=trainer.tracked,
+        None, tensors=trainer.tracked, real=spec.real,
         provenance=provenance(list(argv), spec, trainer.config, command))
     recorder.start()
     try:
@@ -313,9 +331,15 @@ def record_steps(spec, steps, dynamic=(), argv=(),
     except LoomError:
         raise
     except Exception as error:  # pylint: disable=broad-except
-        raise LoomError(f"the training step failed: "
-                        f"{type(error).__name__}: "
-                        f"{' '.join(str(error).split())}") from None
+        kind = type(error).__name__
+        hint = ""
+        if kind in ("DynamicOutputShapeException",
+                    "DataDependentOutputException"):
+            hint = (" (the step's sizes depend on its data, which a "
+                    "recording without arithmetic does not have: record "
+                    "with --real)")
+        raise LoomError(f"the training step failed: {kind}: "
+                        f"{' '.join(str(error).split())}{hint}") from None
     finally:
         recorder.stop()
     return recorder
@@ -387,6 +411,12 @@ def _record_cuda(args, spec, argv):
     return _record_with_loom(args, spec, argv, "cuda")
 
 
+def _real(spec):
+    """`spec` with real arithmetic (a step run by loom on a device)."""
+    import dataclasses  # pylint: disable=import-outside-toplevel
+    return dataclasses.replace(spec, real=True)
+
+
 def _record_with_loom(args, spec, argv, device, **options):
     """The steps on `device`, recorded by loom's run-time plugin
     (loom.enable(mode="record", **options)) with the same markers as on
@@ -401,6 +431,7 @@ def _record_with_loom(args, spec, argv, device, **options):
                     trace_format="text" if args.output.endswith(".ltt")
                     else "binary", **options)
         import torch  # pylint: disable=import-outside-toplevel
+        spec = _real(spec)
         with torch.device(device):
             trainer = _trainer(spec)
         trainer.device = device

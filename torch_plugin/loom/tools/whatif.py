@@ -88,7 +88,8 @@ def parser():
                    help="seconds loom's planner may search (default 10)")
     model = p.add_argument_group(
         "--model: the training step recorded on the CPU (as loom record-cpu)")
-    record_cpu_cli.add_step_arguments(model, model_required=False)
+    record_cpu_cli.add_step_arguments(model, model_required=False,
+                                      full_size=True)
     return p
 
 
