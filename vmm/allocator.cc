@@ -244,7 +244,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
         ++iteration_hits_;
         fit_.RecordHit();
         live_.Insert(*planned, Allocation{size, stream, Where::kStatic, false,
-                                          false, request_id, shadow});
+                                          false, false, request_id, shadow});
         stats_.allocated_bytes.Increase(size);
         stats_.active_bytes.Increase(size);
         stats_.allocation.Increase(1);
@@ -270,8 +270,13 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     referee_.OnFree(shadow, size);
     return ptr.status();
   }
-  live_.Insert(*ptr, Allocation{size, stream, where, false, learned, request_id,
-                                shadow});
+  const bool in_module = !dynamic_modules_.empty();
+  live_.Insert(*ptr, Allocation{size, stream, where, false, learned, in_module,
+                                request_id, shadow});
+  if (in_module) {
+    module_live_ += size;
+    module_live_peak_ = std::max(module_live_peak_, module_live_);
+  }
   if (learned) dynamic_births_.Insert(*ptr, birth);
   stats_.allocated_bytes.Increase(size);
   stats_.active_bytes.Increase(size);
@@ -456,6 +461,7 @@ void Allocator::FinishFree(DevicePtr ptr, const Allocation& allocation,
     return;
   }
   referee_.OnFree(allocation.shadow, allocation.size);
+  if (allocation.in_module) module_live_ -= allocation.size;
   if (allocation.where == Where::kStatic) {
     region_->Release(ptr - region_->base(), allocation.size, tag);
     stats_.static_bytes.Decrease(allocation.size);

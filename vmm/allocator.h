@@ -197,8 +197,9 @@ class Allocator {
     uint64_t size = 0;
     Stream stream = 0;
     Where where = Where::kArena;
-    bool in_pool = false;  // a graph pool's: see pool_allocations_
-    bool learned = false;  // a dynamic request: see dynamic_births_
+    bool in_pool = false;    // a graph pool's: see pool_allocations_
+    bool learned = false;    // a dynamic request: see dynamic_births_
+    bool in_module = false;  // made inside a module marked dynamic
     uint64_t request_id = 0;
     // Its place in the referee's shadow (plan_referee.h), or kNoShadow.
     uint64_t shadow = PlanReferee::kNoShadow;
@@ -411,6 +412,11 @@ class Allocator {
   std::vector<std::string> dynamic_modules_;  // open dynamic modules
   const DynamicWindow* window_ = nullptr;     // of the innermost one
   uint64_t next_request_id_ = 1;
+  // Live bytes of requests made inside modules marked dynamic, and their
+  // peak: what the plan leaves to the dynamic space by design (the
+  // referee's expectation, plan_referee.h).
+  uint64_t module_live_ = 0;
+  uint64_t module_live_peak_ = 0;
   uint64_t iteration_hits_ = 0;
   uint64_t iteration_misses_ = 0;
   AllocatorStats stats_;

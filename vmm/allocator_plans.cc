@@ -248,11 +248,10 @@ void Allocator::JudgePlan(uint64_t held_bytes) {
   const uint64_t ahead =
       region_ != nullptr ? region_->backed_unused_bytes() : 0;
   // While the plan fits (serving, not suspended), the dynamic space would
-  // need what the plan foresees too: its region, and the peak of what the
-  // arena served live (the requests the plan leaves to it keep coming).
-  const uint64_t expected = serving_ != nullptr ? serving_->plan.region_bytes +
-                                                      stats_.dynamic_bytes.peak
-                                                : 0;
+  // need what the plan foresees too: its region, and the live peak of the
+  // requests made in dynamic modules (which the plan leaves to the arena).
+  const uint64_t expected =
+      serving_ != nullptr ? serving_->plan.region_bytes + module_live_peak_ : 0;
   if (!referee_.Judge(held_bytes - std::min(ahead, held_bytes), expected))
     return;
   // The plan holds more than the dynamic space alone would: it stops

@@ -12,7 +12,9 @@
 // mappings). Whenever the physical memory the allocator holds grows, the
 // allocator asks the referee; once the plan's cost (everything held: the
 // region backed, the arena, spare chunks) is above the shadow's high-water
-// mark by more than the slack, the plan loses and stops serving for the rest
+// mark, and above what the plan expects the dynamic space to need anyway
+// (Judge's expected_bytes), by more than the slack, the plan loses and
+// stops serving for the rest
 // of the run, or until a re-plan (a new variant) is installed, which the
 // referee judges again from a fresh shadow.
 //
@@ -102,8 +104,9 @@ class PlanReferee {
 
   // The memory held grew to `plan_bytes`: true when the plan loses now
   // (the verdict becomes kLost). `expected_bytes`: what the dynamic space
-  // is expected to need anyway (the plan's region while the plan fits the
-  // run: the requests it foresees will come; 0 once it does not fit), so a
+  // is expected to need anyway (while the plan fits the run, its region
+  // plus the dynamic modules' live peak: the requests it foresees will
+  // come; 0 once it does not fit), so a
   // plan whose layout reaches its high addresses before the shadow does is
   // not judged on that alone.
   bool Judge(uint64_t plan_bytes, uint64_t expected_bytes);
