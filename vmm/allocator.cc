@@ -125,6 +125,7 @@ void Allocator::UpdateReserved() {
   if (now > stats_.reserved_bytes.current) {
     stats_.reserved_bytes.Increase(now - stats_.reserved_bytes.current);
     stats_.segment.Increase(pool_.live_pages() - stats_.segment.current);
+    if (referee_.watching()) JudgePlan(now);
   } else if (now < stats_.reserved_bytes.current) {
     stats_.reserved_bytes.Decrease(stats_.reserved_bytes.current - now);
     stats_.segment.Decrease(stats_.segment.current - pool_.live_pages());
@@ -188,6 +189,9 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       return AllocatePooled(*pool, size, stream);
   }
   const uint64_t request_id = next_request_id_++;
+  // What the dynamic space alone would do with it (while the referee
+  // watches a plan).
+  const uint64_t shadow = referee_.OnAllocate(size);
   if (recording_) {
     Record(plan::Event::Alloc(request_id, size, stream,
                               static_cast<int16_t>(options_.device)));
@@ -240,7 +244,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
         ++iteration_hits_;
         fit_.RecordHit();
         live_.Insert(*planned, Allocation{size, stream, Where::kStatic, false,
-                                          false, request_id});
+                                          false, false, request_id, shadow});
         stats_.allocated_bytes.Increase(size);
         stats_.active_bytes.Increase(size);
         stats_.allocation.Increase(1);
@@ -262,9 +266,17 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     if (active_ != nullptr) ++stats_.suspended_requests;
     ptr = AllocateInArena(size, stream, -1);
   }
-  if (!ptr.ok()) return ptr.status();
-  live_.Insert(*ptr,
-               Allocation{size, stream, where, false, learned, request_id});
+  if (!ptr.ok()) {
+    referee_.OnFree(shadow, size);
+    return ptr.status();
+  }
+  const bool in_module = !dynamic_modules_.empty();
+  live_.Insert(*ptr, Allocation{size, stream, where, false, learned, in_module,
+                                request_id, shadow});
+  if (in_module) {
+    module_live_ += size;
+    module_live_peak_ = std::max(module_live_peak_, module_live_);
+  }
   if (learned) dynamic_births_.Insert(*ptr, birth);
   stats_.allocated_bytes.Increase(size);
   stats_.active_bytes.Increase(size);
@@ -448,6 +460,8 @@ void Allocator::FinishFree(DevicePtr ptr, const Allocation& allocation,
     }
     return;
   }
+  referee_.OnFree(allocation.shadow, allocation.size);
+  if (allocation.in_module) module_live_ -= allocation.size;
   if (allocation.where == Where::kStatic) {
     region_->Release(ptr - region_->base(), allocation.size, tag);
     stats_.static_bytes.Decrease(allocation.size);

@@ -59,6 +59,7 @@
 #include "vmm/lending_policy.h"
 #include "vmm/matcher.h"
 #include "vmm/page_pool.h"
+#include "vmm/plan_referee.h"
 #include "vmm/plan_schedule.h"
 #include "vmm/runtime_plan.h"
 #include "vmm/static_region.h"
@@ -196,9 +197,12 @@ class Allocator {
     uint64_t size = 0;
     Stream stream = 0;
     Where where = Where::kArena;
-    bool in_pool = false;  // a graph pool's: see pool_allocations_
-    bool learned = false;  // a dynamic request: see dynamic_births_
+    bool in_pool = false;    // a graph pool's: see pool_allocations_
+    bool learned = false;    // a dynamic request: see dynamic_births_
+    bool in_module = false;  // made inside a module marked dynamic
     uint64_t request_id = 0;
+    // Its place in the referee's shadow (plan_referee.h), or kNoShadow.
+    uint64_t shadow = PlanReferee::kNoShadow;
   };
   // A dynamic module's request, for learning how long such requests live:
   // the k-th request of a window occurrence tends to live as long as the
@@ -270,6 +274,12 @@ class Allocator {
   // The plan does not fit this iteration: served from the arena until the
   // next iteration begins.
   void Suspend();
+  // A plan (or a re-plan) is installed: the referee watches it, its shadow
+  // seeded with every live allocation.
+  void StartReferee();
+  // The memory held grew: asks the referee; a plan that loses stops
+  // serving (for the rest of the run, or until a re-plan is installed).
+  void JudgePlan(uint64_t held_bytes);
   // The serving variant's schedule (null without a plan in force: none
   // installed, or suspended for this iteration).
   const PlanSchedule* schedule() const {
@@ -378,11 +388,12 @@ class Allocator {
   std::unique_ptr<StaticRegion> region_;
   std::vector<std::unique_ptr<Variant>> variants_;
   Variant* active_ = nullptr;  // serves the current iteration
-  // active_ while the plan fits this iteration, null when suspended (the
-  // hot path's one test).
+  // active_ while the plan fits this iteration, null when suspended or lost
+  // (the referee's verdict: plan_referee.h) (the hot path's one test).
   Variant* serving_ = nullptr;
   uint32_t probed_ = kProbeRequests;  // requests of this iteration probed
   FitMonitor fit_;
+  PlanReferee referee_{granularity_};
   FlatMap<Allocation> live_;
   std::unordered_map<DevicePtr, std::vector<Stream>> extra_streams_;
   std::vector<PendingFree> pending_;
@@ -401,6 +412,11 @@ class Allocator {
   std::vector<std::string> dynamic_modules_;  // open dynamic modules
   const DynamicWindow* window_ = nullptr;     // of the innermost one
   uint64_t next_request_id_ = 1;
+  // Live bytes of requests made inside modules marked dynamic, and their
+  // peak: what the plan leaves to the dynamic space by design (the
+  // referee's expectation, plan_referee.h).
+  uint64_t module_live_ = 0;
+  uint64_t module_live_peak_ = 0;
   uint64_t iteration_hits_ = 0;
   uint64_t iteration_misses_ = 0;
   AllocatorStats stats_;

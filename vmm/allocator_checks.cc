@@ -24,6 +24,12 @@ AllocatorStats Allocator::stats() const {
   out.arena_maps = arena_->maps();
   out.suspended_iterations = fit_.suspended_iterations();
   out.last_iteration_suspended = fit_.last_iteration_suspended();
+  out.plan_verdict = PlanReferee::Name(referee_.verdict());
+  out.plan_losses = referee_.losses();
+  out.referee_plan_bytes = referee_.plan_bytes();
+  out.referee_dynamic_bytes = referee_.dynamic_bytes();
+  out.lost_plan_bytes = referee_.lost_plan_bytes();
+  out.lost_dynamic_bytes = referee_.lost_dynamic_bytes();
   return out;
 }
 

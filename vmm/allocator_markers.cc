@@ -15,7 +15,9 @@ void Allocator::IterationBegin(uint64_t number) {
   ++stats_.iterations;
   fit_.IterationBegin();
   probed_ = variants_.size() > 1 ? 0 : kProbeRequests;
-  serving_ = active_;
+  referee_.IterationBegin();
+  // A plan that lost to the dynamic space serves no more (plan_referee.h).
+  serving_ = referee_.lost() ? nullptr : active_;
   for (const std::unique_ptr<Variant>& v : variants_) {
     v->matcher.IterationBegin();
     v->probe_hits = 0;

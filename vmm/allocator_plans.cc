@@ -94,6 +94,7 @@ Status Allocator::LoadPlan(RuntimePlan plan) {
   // Installed mid-run (after record mode): start at the steady state.
   if (next_request_id_ > 1) active_->matcher.JumpToIteration();
   UpdateReserved();
+  StartReferee();
   return OkStatus();
 }
 
@@ -136,6 +137,8 @@ Status Allocator::AddPlanVariant(RuntimePlan plan) {
   LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
   variants_.push_back(std::make_unique<Variant>(std::move(plan), granularity_));
   active_ = variants_.back().get();
+  // A re-plan gets its chance even after a plan lost: judged afresh.
+  StartReferee();
   if (!fit_.suspended()) serving_ = active_;
   active_->last_used = stats_.iterations;
   active_->matcher.JumpToIteration();
@@ -205,6 +208,7 @@ Status Allocator::UnloadPlans() {
   LOOM_RETURN_IF_ERROR(DrainPages(pages, WaitSite::kPlanUnload));
   window_ = nullptr;
   lifetimes_.clear();
+  referee_.Stop();
   active_ = serving_ = nullptr;
   probed_ = kProbeRequests;
   variants_.clear();
@@ -216,6 +220,50 @@ Status Allocator::UnloadPlans() {
 void Allocator::Suspend() {
   ++stats_.plan_suspensions;
   serving_ = nullptr;
+}
+
+void Allocator::StartReferee() {
+  referee_.Start(pool_.bytes());
+  // Every live allocation (and every free awaiting other streams) gets its
+  // place in the fresh shadow: the dynamic space would hold them too.
+  std::vector<DevicePtr> live;
+  live_.ForEach([&](DevicePtr ptr, const Allocation& a) {
+    if (!a.in_pool) live.push_back(ptr);
+  });
+  for (DevicePtr ptr : live) {
+    Allocation* a = live_.Find(ptr);
+    a->shadow = referee_.OnAllocate(a->size);
+  }
+  for (PendingFree& p : pending_) {
+    if (!p.allocation.in_pool)
+      p.allocation.shadow = referee_.OnAllocate(p.allocation.size);
+  }
+}
+
+void Allocator::JudgePlan(uint64_t held_bytes) {
+  // The plan's cost: what is held, less the region's granules backed ahead
+  // of their first use (a chunk of granules used at the same times comes
+  // whole): the plan needs them only when it reaches them, and they count
+  // once it does.
+  const uint64_t ahead =
+      region_ != nullptr ? region_->backed_unused_bytes() : 0;
+  // While the plan fits (serving, not suspended), the dynamic space would
+  // need what the plan foresees too: its region, and the live peak of the
+  // requests made in dynamic modules (which the plan leaves to the arena).
+  const uint64_t expected =
+      serving_ != nullptr ? serving_->plan.region_bytes + module_live_peak_ : 0;
+  if (!referee_.Judge(held_bytes - std::min(ahead, held_bytes), expected))
+    return;
+  // The plan holds more than the dynamic space alone would: it stops
+  // serving. Its live static allocations stay where they are; its idle
+  // granules are any arena request's (as while suspended), so the memory
+  // it backed serves the dynamic space instead of new memory.
+  serving_ = nullptr;
+  fmt::print(stderr,
+             "loom: the plan lost to the dynamic space ({} MiB held, the "
+             "dynamic space alone would hold {} MiB): it stops serving\n",
+             referee_.lost_plan_bytes() >> 20,
+             referee_.lost_dynamic_bytes() >> 20);
 }
 
 Matcher::Match Allocator::ProbeVariants(uint64_t size) {
@@ -242,7 +290,7 @@ Matcher::Match Allocator::ProbeVariants(uint64_t size) {
     // Another variant has matched this iteration's first requests better
     // (its cursor followed the same requests): it serves from now on.
     active_ = variants_[best].get();
-    serving_ = active_;
+    serving_ = referee_.lost() ? nullptr : active_;
     active_->last_used = stats_.iterations;
     ++stats_.variant_switches;
     FindWindow();

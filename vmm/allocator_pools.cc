@@ -16,7 +16,8 @@ StatusOr<DevicePtr> Allocator::AllocatePooled(GraphPool& pool, uint64_t size,
   uint64_t block = 0;
   LOOM_ASSIGN_OR_RETURN(DevicePtr ptr,
                         AllocateInPool(pool, size, stream, &block));
-  live_.Insert(ptr, Allocation{size, stream, Where::kArena, true, false, 0});
+  live_.Insert(ptr,
+               Allocation{size, stream, Where::kArena, true, false, false, 0});
   pool_allocations_[ptr] = PoolAllocation{&pool, block};
   ++pool.live;
   stats_.allocated_bytes.Increase(size);

@@ -55,6 +55,12 @@ std::string AllocatorStats::ToJson() const {
   w.Key("loom.last_iteration_suspended").Bool(last_iteration_suspended);
   w.Key("loom.suspended_requests").Uint(suspended_requests);
   w.Key("loom.variant_switches").Uint(variant_switches);
+  w.Key("loom.plan_verdict").String(plan_verdict);
+  w.Key("loom.plan_losses").Uint(plan_losses);
+  w.Key("loom.referee_plan_bytes").Uint(referee_plan_bytes);
+  w.Key("loom.referee_dynamic_bytes").Uint(referee_dynamic_bytes);
+  w.Key("loom.lost_plan_bytes").Uint(lost_plan_bytes);
+  w.Key("loom.lost_dynamic_bytes").Uint(lost_dynamic_bytes);
   w.Key("loom.static_region_bytes").Uint(static_region_bytes);
   w.Key("loom.static_backed_bytes").Uint(static_backed_bytes);
   w.Key("loom.arena_mapped_bytes").Uint(arena_mapped_bytes);

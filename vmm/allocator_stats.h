@@ -72,6 +72,16 @@ struct AllocatorStats {
   bool last_iteration_suspended = false;
   uint64_t suspended_requests = 0;
   uint64_t variant_switches = 0;
+  // The plan referee (plan_referee.h): its verdict ("none", "watching",
+  // "confirmed", "lost"), how often a plan lost, the plan's cost and the
+  // dynamic space's (the shadow's high-water mark) at the last judgement,
+  // and both when the plan last lost.
+  std::string plan_verdict = "none";
+  uint64_t plan_losses = 0;
+  uint64_t referee_plan_bytes = 0;
+  uint64_t referee_dynamic_bytes = 0;
+  uint64_t lost_plan_bytes = 0;
+  uint64_t lost_dynamic_bytes = 0;
   uint64_t static_region_bytes = 0;
   uint64_t static_backed_bytes = 0;  // granules of the region backed so far
   uint64_t arena_mapped_bytes = 0;

@@ -83,6 +83,7 @@ void StaticRegion::Unback(
       page.static_users = 0;
       granules_[k].page = kNoPage;
       --backed_granules_;
+      if (!granules_[k].used) --backed_unused_granules_;
     }
   }
 }
@@ -139,6 +140,7 @@ Status StaticRegion::Back(uint64_t offset, uint64_t size, PageSource& source,
                             (granule.full ? 1 : 0);
         granule.page = run.first + i;
         ++backed_granules_;
+        if (!granule.used) ++backed_unused_granules_;
         backed_extent_ = std::max(backed_extent_, k + i + 1);
       }
       k += run.count;
@@ -247,9 +249,11 @@ void StaticRegion::Release(uint64_t offset, uint64_t size, const FreeTag& tag) {
 }
 
 void StaticRegion::CheckInvariants() const {
-  uint64_t live_bytes = 0;
+  uint64_t live_bytes = 0, backed_unused = 0;
   for (uint32_t k = 0; k < granules_.size(); ++k) {
     const Granule& granule = granules_[k];
+    if (granule.page != kNoPage && !granule.used) ++backed_unused;
+    LOOM_CHECK(granule.used || (!granule.full && granule.partial.empty()));
     const auto& live = granule.partial;
     LOOM_CHECK(!granule.full || live.empty(),
                "static granule {}: a full piece and partial pieces", k);
@@ -279,6 +283,7 @@ void StaticRegion::CheckInvariants() const {
                k);
   }
   LOOM_CHECK_EQ(live_bytes, occupied_bytes_);
+  LOOM_CHECK_EQ(backed_unused, backed_unused_granules_);
 }
 
 }  // namespace loom::vmm

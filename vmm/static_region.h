@@ -68,6 +68,11 @@ class StaticRegion {
   PageId page(uint32_t granule) const { return granules_[granule].page; }
   uint64_t granularity() const { return granularity_; }
   uint64_t backed_bytes() const { return backed_granules_ * granularity_; }
+  // Backed granules no static allocation has occupied yet (backed ahead,
+  // with the chunk of a granule the plan uses at the same times).
+  uint64_t backed_unused_bytes() const {
+    return backed_unused_granules_ * granularity_;
+  }
   // One past the highest granule ever backed: granules from there on have
   // no page (loops over backed granules stop there).
   uint32_t backed_extent() const { return backed_extent_; }
@@ -110,6 +115,7 @@ class StaticRegion {
   struct Granule {
     PageId page = kNoPage;  // kNoPage: not backed yet
     bool full = false;      // one live allocation covers the whole granule
+    bool used = false;      // a static allocation occupied it at least once
     // Live static pieces covering part of the granule, [lo, hi) in bytes.
     std::vector<std::pair<uint32_t, uint32_t>> partial;
   };
@@ -127,6 +133,7 @@ class StaticRegion {
   std::vector<Granule> granules_;
   uint64_t occupied_bytes_ = 0;
   uint64_t backed_granules_ = 0;
+  uint64_t backed_unused_granules_ = 0;  // backed, !used
   uint32_t backed_extent_ = 0;
   const int device_;
 };
@@ -173,6 +180,10 @@ StaticRegion::Occupied StaticRegion::TryOccupy(uint64_t offset, uint64_t size,
       granule.partial.emplace_back(lo, hi);
     }
     if (granule.page != kNoPage) ++pool_.page(granule.page).static_users;
+    if (!granule.used) {
+      granule.used = true;
+      if (granule.page != kNoPage) --backed_unused_granules_;
+    }
   }
   occupied_bytes_ += size;
   return unbacked ? Occupied::kNeedsBacking : Occupied::kYes;

@@ -8,18 +8,24 @@
 //                         (arena best fit over already-mapped granules; no
 //                         driver call)
 //   BM_CachingSimPair     PyTorch's caching allocator (simulator), same sizes
+//   BM_ShadowReplayRealTrace  the plan referee's shadow (plan_referee.h):
+//                         one event of the real GPT-2 step (its requests and
+//                         frees in order) placed over virtual offsets only;
+//                         what watching a plan adds per request
 //
 // The fake driver is used: no driver call happens on these paths in steady
 // state, which the benchmark checks.
 #include <benchmark/benchmark.h>
 
+#include <unordered_map>
 #include <vector>
 
+#include "vmm/allocator.h"
+#include "vmm/fake_driver.h"
+#include "vmm/plan_referee.h"
 #include "whatif/loom/self_plan.h"
 #include "whatif/sim/caching_allocator.h"
 #include "whatif/workloads/load.h"
-#include "vmm/allocator.h"
-#include "vmm/fake_driver.h"
 
 namespace loom {
 namespace {
@@ -99,7 +105,8 @@ void BM_LoomPlannedPairRealTrace(benchmark::State& state) {
     LOOM_CHECK(w.ok(), "{}", w.status().ToString());
     whatif::SelfPlanOptions options;
     options.time_limit_seconds = 2;
-    StatusOr<whatif::SelfPlan> p = whatif::PlanTraceForRuntime(w->trace, options);
+    StatusOr<whatif::SelfPlan> p =
+        whatif::PlanTraceForRuntime(w->trace, options);
     LOOM_CHECK(p.ok(), "{}", p.status().ToString());
     return new vmm::RuntimePlan(std::move(p->runtime));
   }();
@@ -144,6 +151,43 @@ void BM_CachingSimPairRealTrace(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_CachingSimPairRealTrace);
+
+void BM_ShadowReplayRealTrace(benchmark::State& state) {
+  static const auto* events = [] {
+    StatusOr<whatif::Workload> w =
+        whatif::LoadWorkload("bench/data/traces/gpt2small_train_step.ltt");
+    LOOM_CHECK(w.ok(), "{}", w.status().ToString());
+    // (request id, size); a free has size 0.
+    auto* out = new std::vector<std::pair<uint64_t, uint64_t>>;
+    for (const plan::Event& e : w->trace.events) {
+      if (e.kind == plan::EventKind::kAlloc) out->emplace_back(e.id, e.size);
+      if (e.kind == plan::EventKind::kFree) out->emplace_back(e.id, 0);
+    }
+    return out;
+  }();
+  vmm::ShadowArena shadow(2 << 20);
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> live;
+  live.reserve(events->size());
+  size_t i = 0;
+  for (auto _ : state) {
+    const auto [id, size] = (*events)[i];
+    if (size != 0) {
+      live[id] = {shadow.Allocate(size), size};
+    } else if (auto it = live.find(id); it != live.end()) {
+      shadow.Free(it->second.first, it->second.second);
+      live.erase(it);
+    }
+    if (++i == events->size()) {
+      // Requests the step never frees go before the next round.
+      for (const auto& [rid, at] : live) shadow.Free(at.first, at.second);
+      live.clear();
+      i = 0;
+    }
+  }
+  state.counters["touched_MiB"] =
+      static_cast<double>(shadow.touched_granules() * 2);
+}
+BENCHMARK(BM_ShadowReplayRealTrace);
 
 void BM_LoomDynamicPair(benchmark::State& state) {
   LoomSetup setup;

@@ -171,6 +171,12 @@ class Session:
                     "so far): it was served by the dynamic space%s",
                     self.iteration - 1, n,
                     "; re-planning it" if self.config.replan else "")
+        if grew("loom.plan_losses"):
+            log.warning(
+                "loom: the plan held %d MiB where the dynamic space alone "
+                "would hold %d MiB: it stops serving (until a re-plan)",
+                stats.get("loom.lost_plan_bytes", 0) >> 20,
+                stats.get("loom.lost_dynamic_bytes", 0) >> 20)
         if grew("loom.replans"):
             log.info("loom: a plan variant for a new shape of iteration was "
                      "installed (%d variants)",
@@ -428,6 +434,17 @@ class Session:
                 "plan_variants": stats.get("loom.plan_variants", 0),
                 "suspended_iterations": stats.get(
                     "loom.suspended_iterations", 0),
+                # The plan referee (issue 23): watching, confirmed, lost.
+                "plan_verdict": stats.get("loom.plan_verdict", "none"),
+                "plan_referee": {
+                    "plan_bytes": stats.get("loom.referee_plan_bytes", 0),
+                    "dynamic_bytes": stats.get(
+                        "loom.referee_dynamic_bytes", 0),
+                    "losses": stats.get("loom.plan_losses", 0),
+                    "lost_plan_bytes": stats.get("loom.lost_plan_bytes", 0),
+                    "lost_dynamic_bytes": stats.get(
+                        "loom.lost_dynamic_bytes", 0),
+                },
                 "replan": bool(config.replan),
                 "replans": stats.get("loom.replans", 0),
                 "replan_state": stats.get("loom.replan_state"),

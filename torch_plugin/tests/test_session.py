@@ -469,6 +469,9 @@ def test_auto_mode_replans_a_new_shape_as_a_plan_variant(loom_env, tmp_path,
             iteration(96 << 10)
     status = loom.status()
     assert status["suspended_iterations"] >= 1
+    # The plan referee's verdict and numbers (issue 23).
+    assert status["plan_verdict"] in ("watching", "confirmed", "lost")
+    assert status["plan_referee"]["plan_bytes"] >= 0
     assert status["replans"] == 1, status["replan_error"]
     assert status["plan_variants"] == 2
     # Both shapes now hit.

@@ -293,6 +293,11 @@ std::vector<std::pair<std::string, uint64_t>> LoomSimAllocator::Counters()
       {"suspended_iterations", s.suspended_iterations},
       {"plan_variants", s.plan_variants},
       {"variant_switches", s.variant_switches},
+      {"plan_losses", s.plan_losses},
+      {"referee_plan_bytes", s.referee_plan_bytes},
+      {"referee_dynamic_bytes", s.referee_dynamic_bytes},
+      {"lost_plan_bytes", s.lost_plan_bytes},
+      {"lost_dynamic_bytes", s.lost_dynamic_bytes},
   };
   if (replanner_ != nullptr) {
     autoplan::ReplanStats r = replanner_->stats();
