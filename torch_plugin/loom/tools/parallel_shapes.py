@@ -38,7 +38,6 @@ between its computation and its reduce-scatter, ZeRO-3's prefetch of a
 second layer.
 """
 
-import argparse
 import dataclasses
 import json
 
@@ -76,27 +75,16 @@ class Parallel:
                 f"{self.optimizer}")
 
 
-def _positive(text):
-    """An argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got "
-                                         f"{text!r}")
-    return value
-
-
-def add_arguments(p):
-    """--config, --tp, --dp, --zero, --optimizer (dests in OPTIONS)."""
+def add_arguments(p, positive_int):
+    """--config, --tp, --dp, --zero, --optimizer (dests in OPTIONS);
+    `positive_int`: the argparse type of the counts (record_cpu_cli's)."""
     p.add_argument("--config", metavar="FILE", default=None,
                    help="a transformers config.json (its model_type and "
                    "sizes, full size; --set wins)")
-    p.add_argument("--tp", type=_positive, default=1, metavar="N",
+    p.add_argument("--tp", type=positive_int, default=1, metavar="N",
                    help="record one tensor-parallel rank of N (Megatron's "
                    "sharding of heads, FFN and vocabulary)")
-    p.add_argument("--dp", type=_positive, default=1, metavar="N",
+    p.add_argument("--dp", type=positive_int, default=1, metavar="N",
                    help="data-parallel ranks (with --zero)")
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0,
                    help="ZeRO stage over --dp ranks: 1 optimizer state, 2 "

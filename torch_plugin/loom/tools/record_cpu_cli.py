@@ -166,7 +166,7 @@ def add_step_arguments(p, model_required=True, full_size=False):
                    help="run the real arithmetic on the CPU (default: "
                    "FakeTensors, shapes only, no data; --real for models "
                    "whose sizes depend on the data)")
-    parallel_shapes.add_arguments(p)
+    parallel_shapes.add_arguments(p, positive_int)
     del model_required  # --model or --config: parallel_shapes checks
 
 
