@@ -7,6 +7,7 @@
 
 #include "vmm/allocator.h"
 #include "vmm/host_driver.h"
+#include "vmm/stack_plan_testing.h"
 
 namespace loom::vmm {
 namespace {
@@ -31,14 +32,7 @@ std::unique_ptr<Allocator> Make(Driver& driver,
 
 // A stack of `n` buffers of `unit` bytes, all live during [i, 2n - i).
 RuntimePlan StackPlan(uint64_t unit, int n) {
-  RuntimePlan plan;
-  plan.period = 2 * n;
-  for (int i = 0; i < n; ++i) {
-    plan.iteration.push_back(
-        {unit, static_cast<int64_t>(i * unit), i, 2 * n - i});
-  }
-  plan.region_bytes = (n * unit + kG - 1) / kG * kG;
-  return plan;
+  return test_plans::StackPlan(unit, n, kG);
 }
 
 // One iteration: the planned stack on stream 0 and, beside it, `extra`

@@ -10,6 +10,7 @@
 #include "plan/trace/trace.h"
 #include "vmm/allocator.h"
 #include "vmm/host_driver.h"
+#include "vmm/stack_plan_testing.h"
 
 namespace loom::vmm {
 namespace {
@@ -33,14 +34,7 @@ std::unique_ptr<Allocator> Make(Driver& driver, size_t record = 0) {
 // A plan for a stack of `n` buffers of `unit` bytes each, all live during
 // [i, 2n - i) (a forward and backward), laid out one after the other.
 RuntimePlan StackPlan(uint64_t unit, int n) {
-  RuntimePlan plan;
-  plan.period = 2 * n;
-  for (int i = 0; i < n; ++i) {
-    plan.iteration.push_back(
-        {unit, static_cast<int64_t>(i * unit), i, 2 * n - i});
-  }
-  plan.region_bytes = (n * unit + kG - 1) / kG * kG;
-  return plan;
+  return test_plans::StackPlan(unit, n, kG);
 }
 
 // Runs the stack of `n` buffers of `unit` bytes, stamping each and checking

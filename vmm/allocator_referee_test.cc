@@ -11,6 +11,7 @@
 
 #include "vmm/allocator.h"
 #include "vmm/host_driver.h"
+#include "vmm/stack_plan_testing.h"
 
 namespace loom::vmm {
 namespace {
@@ -35,14 +36,7 @@ std::unique_ptr<Allocator> Make(Driver& driver) {
 // kN buffers of one granule, all live together in the plan's iteration,
 // laid out one after the other.
 RuntimePlan StackPlan(uint64_t unit) {
-  RuntimePlan plan;
-  plan.period = 2 * kN;
-  for (int i = 0; i < kN; ++i) {
-    plan.iteration.push_back(
-        {unit, static_cast<int64_t>(i * unit), i, 2 * kN - i});
-  }
-  plan.region_bytes = (kN * unit + kG - 1) / kG * kG;
-  return plan;
+  return test_plans::StackPlan(unit, kN, kG);
 }
 
 TEST(AllocatorRefereeTest, APlanIsNotJudgedOnItsOwnRegionWhileItFits) {
