@@ -207,8 +207,9 @@ def test_the_plots_extra_brings_the_pictures(wheel, tmp_path):
     assert (work / "x.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_the_record_extra_records_a_model(wheel, tmp_path):
-    """Installed with [record] into a fresh venv (no pip or setuptools of
+@pytest.mark.parametrize("extra", ["record", "all"])
+def test_the_record_extra_records_a_model(wheel, tmp_path, extra):
+    """Installed with [record] (or [all]: record and plots) into a fresh venv (no pip or setuptools of
     its own) that sees the packages of the Python running the tests, torch
     and transformers among them, through a .pth line: offline, pip finds
     the extra's requirements and theirs met and installs only the wheel;
@@ -231,7 +232,7 @@ def test_the_record_extra_records_a_model(wheel, tmp_path):
                  if os.path.isdir(d) and d not in dirs]
         pth.write("\n".join(dirs) + "\n")
     _run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
-          "--no-index", "--disable-pip-version-check", f"{wheel}[record]"],
+          "--no-index", "--disable-pip-version-check", f"{wheel}[{extra}]"],
          cwd=tmp_path)
     work = tmp_path / "work"
     work.mkdir()
@@ -240,6 +241,10 @@ def test_the_record_extra_records_a_model(wheel, tmp_path):
     assert (work / "step.ltb").stat().st_size > 0
     shown = _run([venv / "bin" / "loom", "analyze", "step.ltb"], cwd=work)
     assert "peak live" in shown.stdout
+    if extra == "all":  # the pictures too
+        _run([venv / "bin" / "loom", "compare", "step.ltb",
+              "--loom-time-limit", "1", "--plot", "x.png"], cwd=work)
+        assert (work / "x.png").read_bytes()[:4] == b"\x89PNG"
 
 
 _WITH_TORCH = """
