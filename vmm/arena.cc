@@ -35,9 +35,8 @@ Arena::Arena(Driver& driver, PagePool& pool, int device, DevicePtr base,
       base_(base),
       va_bytes_(va_bytes),
       granularity_(pool.granularity()),
-      granule_page_(va_bytes / pool.granularity(), kNoPage) {
-  InsertFree(0, va_bytes_);
-}
+      granule_page_(va_bytes / pool.granularity(), kNoPage),
+      free_(va_bytes) {}
 
 StatusOr<std::unique_ptr<Arena>> Arena::Create(Driver& driver, PagePool& pool,
                                                int device, uint64_t va_bytes) {
@@ -64,16 +63,6 @@ Arena::~Arena() {
     fmt::print(stderr, "loom: freeing the arena failed: {}\n",
                status.ToString());
   }
-}
-
-void Arena::InsertFree(uint64_t offset, uint64_t size) {
-  free_by_offset_[offset] = size;
-  free_by_size_.emplace(size, offset);
-}
-
-void Arena::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
-  free_by_size_.erase({it->second, it->first});
-  free_by_offset_.erase(it);
 }
 
 Arena::Candidate Arena::Examine(uint64_t block, uint64_t bsize, uint64_t size,
@@ -159,18 +148,6 @@ void Arena::UnmapFresh(const std::vector<uint64_t>& heads) {
   }
 }
 
-void Arena::TakeFromBlock(uint64_t block, uint64_t position, uint64_t size) {
-  auto it = free_by_offset_.find(block);
-  LOOM_CHECK(it != free_by_offset_.end());
-  uint64_t bsize = it->second;
-  LOOM_CHECK(position >= block && position + size <= block + bsize);
-  EraseFree(it);
-  if (position > block) InsertFree(block, position - block);
-  if (position + size < block + bsize) {
-    InsertFree(position + size, block + bsize - position - size);
-  }
-}
-
 StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
                                     PagePolicy& policy) {
   if (size == 0) return InvalidArgumentError("arena: size 0");
@@ -181,9 +158,8 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
   }
   Candidate best;
   int examined = 0;
-  for (auto it = free_by_size_.lower_bound({size, 0});
-       it != free_by_size_.end() && examined < kMaxBlocksExamined;
-       ++it, ++examined) {
+  for (auto it = free_.FirstFitting(size);
+       it != free_.end() && examined < kMaxBlocksExamined; ++it, ++examined) {
     Candidate c = Examine(it->second, it->first, size, stream, until, policy);
     if (!c.found) continue;
     if (c.unmapped == 0) {
@@ -194,10 +170,9 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
   }
   if (!best.found || best.unmapped > 0) {
     // The last free block (the untouched end of the arena) always fits.
-    if (!free_by_offset_.empty()) {
-      auto last = std::prev(free_by_offset_.end());
-      Candidate c =
-          Examine(last->first, last->second, size, stream, until, policy);
+    if (!free_.empty()) {
+      const auto [last, last_size] = free_.Last();
+      Candidate c = Examine(last, last_size, size, stream, until, policy);
       if (c.found && (!best.found || c.unmapped < best.unmapped)) best = c;
     }
   }
@@ -260,7 +235,7 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
     UnmapFresh(fresh);
     return placed;
   }
-  TakeFromBlock(best.block, best.position, size);
+  free_.Take(best.block, best.position, size);
   for (uint64_t k = first; k <= last; ++k)
     ++pool_.page(granule_page_[k]).arena_users;
   live_bytes_ += size;
@@ -284,30 +259,7 @@ void Arena::Free(DevicePtr ptr, uint64_t size, std::span<const FreeTag> tags) {
     }
   }
   live_bytes_ -= size;
-  // Coalesce with free neighbours.
-  uint64_t start = offset;
-  uint64_t length = size;
-  auto next = free_by_offset_.lower_bound(offset);
-  if (next != free_by_offset_.end()) {
-    LOOM_CHECK(next->first >= offset + size,
-               "arena free of a range overlapping a free block");
-    if (next->first == offset + size) {
-      length += next->second;
-      EraseFree(next);
-    }
-  }
-  auto after = free_by_offset_.lower_bound(offset);
-  if (after != free_by_offset_.begin()) {
-    auto prev = std::prev(after);
-    LOOM_CHECK(prev->first + prev->second <= offset,
-               "arena free of a range overlapping a free block");
-    if (prev->first + prev->second == offset) {
-      start = prev->first;
-      length += prev->second;
-      EraseFree(prev);
-    }
-  }
-  InsertFree(start, length);
+  free_.Give(offset, size, "arena");
 }
 
 StatusOr<PageRun> Arena::ReclaimIdle(
@@ -374,19 +326,7 @@ std::vector<std::pair<DevicePtr, uint64_t>> Arena::MappedRanges() const {
 }
 
 void Arena::CheckInvariants() const {
-  uint64_t free_bytes = 0;
-  uint64_t previous_end = 0;
-  bool first = true;
-  for (const auto& [offset, size] : free_by_offset_) {
-    LOOM_CHECK(size > 0 && offset + size <= va_bytes_);
-    LOOM_CHECK(first || offset > previous_end,
-               "arena free blocks touch or overlap at {}", offset);
-    LOOM_CHECK(free_by_size_.contains({size, offset}));
-    previous_end = offset + size;
-    first = false;
-    free_bytes += size;
-  }
-  LOOM_CHECK_EQ(free_by_size_.size(), free_by_offset_.size());
+  const uint64_t free_bytes = free_.CheckInvariants(va_bytes_, "arena");
   LOOM_CHECK_EQ(free_bytes + live_bytes_, va_bytes_);
   uint64_t mapped = 0;
   for (uint64_t k = 0; k < granule_page_.size(); ++k) {

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "vmm/driver.h"
+#include "vmm/free_blocks.h"
 #include "vmm/page_pool.h"
 
 namespace loom::vmm {
@@ -152,9 +153,6 @@ class Arena {
   bool MappingIdle(uint64_t head, uint64_t length) const;
   // Unmaps mappings made by the Allocate in progress (on its failure).
   void UnmapFresh(const std::vector<uint64_t>& heads);
-  void TakeFromBlock(uint64_t block, uint64_t position, uint64_t size);
-  void InsertFree(uint64_t offset, uint64_t size);
-  void EraseFree(std::map<uint64_t, uint64_t>::iterator it);
 
   Driver& driver_;
   PagePool& pool_;
@@ -162,10 +160,9 @@ class Arena {
   const DevicePtr base_;
   const uint64_t va_bytes_;
   const uint64_t granularity_;
-  std::vector<PageId> granule_page_;             // kNoPage = unmapped
-  std::map<uint64_t, uint64_t> mappings_;        // first granule -> granules
-  std::map<uint64_t, uint64_t> free_by_offset_;  // offset -> size
-  std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset)
+  std::vector<PageId> granule_page_;       // kNoPage = unmapped
+  std::map<uint64_t, uint64_t> mappings_;  // first granule -> granules
+  FreeBlocks free_;                        // over [0, va_bytes_)
   uint64_t live_bytes_ = 0;
   uint64_t mapped_granules_ = 0;
   uint64_t maps_ = 0;

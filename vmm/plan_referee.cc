@@ -16,22 +16,14 @@ uint64_t RoundUp(uint64_t value, uint64_t multiple) {
 
 }  // namespace
 
-ShadowArena::ShadowArena(uint64_t granularity) : granularity_(granularity) {
-  InsertFree(0, kShadowSpace);
-}
+ShadowArena::ShadowArena(uint64_t granularity)
+    : granularity_(granularity), free_(kShadowSpace) {}
 
 void ShadowArena::Reset() {
-  free_by_offset_.clear();
-  free_by_size_.clear();
+  free_.Reset(kShadowSpace);
   touched_map_.clear();
   touched_ = 0;
   live_bytes_ = 0;
-  InsertFree(0, kShadowSpace);
-}
-
-void ShadowArena::InsertFree(uint64_t offset, uint64_t size) {
-  free_by_offset_[offset] = size;
-  free_by_size_.emplace(size, offset);
 }
 
 void ShadowArena::Touch(uint64_t offset, uint64_t size) {
@@ -48,12 +40,10 @@ void ShadowArena::Touch(uint64_t offset, uint64_t size) {
 
 uint64_t ShadowArena::Allocate(uint64_t size) {
   size = RoundUp(std::max<uint64_t>(size, 1), kAlignment);
-  auto fit = free_by_size_.lower_bound({size, 0});
-  LOOM_CHECK(fit != free_by_size_.end(), "shadow space exhausted");
-  const auto [bsize, offset] = *fit;
-  free_by_size_.erase(fit);
-  free_by_offset_.erase(offset);
-  if (bsize > size) InsertFree(offset + size, bsize - size);
+  auto fit = free_.FirstFitting(size);
+  LOOM_CHECK(fit != free_.end(), "shadow space exhausted");
+  const uint64_t offset = fit->second;
+  free_.Take(offset, offset, size);
   live_bytes_ += size;
   Touch(offset, size);
   return offset;
@@ -63,42 +53,13 @@ void ShadowArena::Free(uint64_t offset, uint64_t size) {
   size = RoundUp(std::max<uint64_t>(size, 1), kAlignment);
   LOOM_CHECK(live_bytes_ >= size);
   live_bytes_ -= size;
-  uint64_t begin = offset, end = offset + size;
-  auto next = free_by_offset_.lower_bound(offset);
-  if (next != free_by_offset_.end()) {
-    LOOM_CHECK(next->first >= end, "shadow free of a free block");
-    if (next->first == end) {
-      end += next->second;
-      free_by_size_.erase({next->second, next->first});
-      next = free_by_offset_.erase(next);
-    }
-  }
-  if (next != free_by_offset_.begin()) {
-    auto prev = std::prev(next);
-    LOOM_CHECK(prev->first + prev->second <= begin,
-               "shadow free of a free block");
-    if (prev->first + prev->second == begin) {
-      begin = prev->first;
-      free_by_size_.erase({prev->second, prev->first});
-      free_by_offset_.erase(prev);
-    }
-  }
-  InsertFree(begin, end - begin);
+  free_.Give(offset, size, "shadow");
 }
 
 void ShadowArena::CheckInvariants() const {
-  LOOM_CHECK(free_by_offset_.size() == free_by_size_.size());
-  uint64_t free = 0, last_end = 0;
-  bool first = true;
-  for (const auto& [offset, size] : free_by_offset_) {
-    LOOM_CHECK(size > 0);
-    LOOM_CHECK(first || offset > last_end, "shadow free blocks touch");
-    LOOM_CHECK(free_by_size_.count({size, offset}) == 1);
-    first = false;
-    last_end = offset + size;
-    free += size;
-  }
-  LOOM_CHECK(free + live_bytes_ == kShadowSpace, "shadow bytes lost");
+  LOOM_CHECK(free_.CheckInvariants(kShadowSpace, "shadow") + live_bytes_ ==
+                 kShadowSpace,
+             "shadow bytes lost");
   uint64_t touched = 0;
   for (bool t : touched_map_) touched += t ? 1 : 0;
   LOOM_CHECK(touched == touched_);

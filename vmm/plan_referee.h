@@ -36,6 +36,8 @@
 #include <string>
 #include <vector>
 
+#include "vmm/free_blocks.h"
+
 namespace loom::vmm {
 
 // The dynamic space's placement over virtual offsets only.
@@ -54,12 +56,10 @@ class ShadowArena {
   void CheckInvariants() const;
 
  private:
-  void InsertFree(uint64_t offset, uint64_t size);
   void Touch(uint64_t offset, uint64_t size);
   const uint64_t granularity_;
-  std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
-  std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset)
-  std::vector<bool> touched_map_;                         // per granule
+  FreeBlocks free_;
+  std::vector<bool> touched_map_;  // per granule
   uint64_t touched_ = 0;
   uint64_t live_bytes_ = 0;
 };
