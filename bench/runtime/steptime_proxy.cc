@@ -19,24 +19,24 @@
 #include "base/flags.h"
 #include "base/json.h"
 #include "bench/runtime/c_abi_replay.h"
+#include "whatif/loom/plan_source.h"
 #include "whatif/workloads/load.h"
 
 namespace loom::bench {
 namespace {
 
+// --plan-from: first:K only (auto mode plans from the first K iterations
+// it recorded); the syntax is whatif's (plan_source.h).
 StatusOr<int64_t> ParsePlanFrom(const std::string& text) {
-  constexpr std::string_view kPrefix = "first:";
-  if (text.rfind(kPrefix, 0) == 0) {
-    const std::string k = text.substr(kPrefix.size());
-    if (!k.empty() && k.find_first_not_of("0123456789") == std::string::npos &&
-        k.size() < 9 && std::stoll(k) >= 1) {
-      return std::stoll(k);
-    }
+  StatusOr<whatif::PlanSource> source = whatif::ParsePlanSource(text);
+  if (!source.ok()) return source.status();
+  if (source->kind != whatif::PlanSource::Kind::kFirstIterations) {
+    return InvalidArgumentError(
+        "--plan-from {}: expected first:K (K >= 1): auto mode plans from the "
+        "first K iterations it recorded",
+        text);
   }
-  return InvalidArgumentError(
-      "--plan-from {}: expected first:K (K >= 1): auto mode plans from the "
-      "first K iterations it recorded",
-      text);
+  return source->iterations;
 }
 
 StatusOr<std::vector<uint32_t>> ParsePages(const std::string& text) {
