@@ -84,6 +84,8 @@ TINY = {
 
 SCHEDULES = ("plain", "1f1b", "interleaved")
 DTYPES = ("fp32", "bf16", "bf16-pure")
+# The optimizers a recorded step may take (make_optimizer).
+OPTIMIZERS = ("adamw", "sgd")
 
 
 @dataclasses.dataclass
@@ -109,6 +111,15 @@ class StepSpec:
 
 class ModelError(LoomError):
     """A model type, a --set key or a value that does not work (one line)."""
+
+
+def make_optimizer(torch, name, params):
+    """The optimizer of a recorded step over `params`: "adamw" or "sgd"
+    (momentum 0.9), lr 1e-4, the foreach path CUDA takes.
+    REQUIRES: name in OPTIMIZERS."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-4, momentum=0.9, foreach=True)
+    return torch.optim.AdamW(params, lr=1e-4, foreach=True)
 
 
 def parse_value(text):
@@ -477,7 +488,7 @@ class Trainer:
         self.parameters = params
         self.order = schedule_order(spec.schedule, spec.microbatches,
                                     spec.stages, spec.chunks, spec.rank)
-        self.optimizer = torch.optim.AdamW(params, lr=1e-4, foreach=True)
+        self.optimizer = make_optimizer(torch, "adamw", params)
 
     def autocast(self):
         torch = self.torch

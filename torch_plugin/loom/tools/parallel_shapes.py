@@ -44,7 +44,7 @@ import json
 from loom.tools import cpu_models
 from loom.tools import trace as loom_trace
 
-OPTIMIZERS = ("adamw", "sgd")
+OPTIMIZERS = cpu_models.OPTIMIZERS
 # Megatron's --make-vocab-size-divisible-by default.
 VOCAB_MULTIPLE = 128
 # Divided by --tp (when the config has them; the heads must be there).
@@ -307,9 +307,9 @@ def preparer(parallel, found):
     def prepare(trainer, recorder):
         import torch  # pylint: disable=import-outside-toplevel
         params = trainer.parameters
-        if parallel.optimizer == "sgd":
-            trainer.optimizer = torch.optim.SGD(params, lr=1e-4,
-                                                momentum=0.9, foreach=True)
+        if parallel.optimizer != "adamw":  # the trainer's own is AdamW
+            trainer.optimizer = cpu_models.make_optimizer(
+                torch, parallel.optimizer, params)
         ids = _Ids(params, trainer.optimizer, parallel.zero,
                    _layer_units(trainer) if parallel.zero >= 3 else 0)
         ids.start(recorder)

@@ -290,10 +290,7 @@ def record_module(factory, make_batch, batch, *, steps=4, dtype="fp32",
             gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    if optimizer == "sgd":
-        opt = torch.optim.SGD(params, lr=1e-4, momentum=0.9, foreach=True)
-    else:
-        opt = torch.optim.AdamW(params, lr=1e-4, foreach=True)
+    opt = cpu_models.make_optimizer(torch, optimizer, params)
     ids = parallel_shapes.record_ids(params, opt, zero)
     loss = loss or (lambda output, inputs: _default_loss(output))
     autocast = torch.autocast("cpu", dtype=torch.bfloat16,
