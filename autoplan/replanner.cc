@@ -47,15 +47,15 @@ StatusOr<vmm::RuntimePlan> Replanner::PlanIteration(
   iterations.names = trace.names;
   iterations.events.reserve(trace.events.size());
   for (const plan::Event& e : trace.events) {
-    if (e.kind != plan::EventKind::kIterationEnd) iterations.events.push_back(e);
+    if (e.kind != plan::EventKind::kIterationEnd)
+      iterations.events.push_back(e);
   }
   make.scope = plan::PlanScope::kIteration;
   make.steady_iteration = 0;
   make.include_persistent = false;
   make.granule_bytes = granularity;
   if (make.source.empty()) make.source = "re-plan";
-  LOOM_ASSIGN_OR_RETURN(plan::MadePlan made,
-                        plan::MakePlan(iterations, make));
+  LOOM_ASSIGN_OR_RETURN(plan::MadePlan made, plan::MakePlan(iterations, make));
   if (!made.verdict.valid()) {
     return InternalError("the planner's placement failed verification");
   }
@@ -69,14 +69,22 @@ StatusOr<vmm::RuntimePlan> Replanner::PlanIteration(
 
 void Replanner::Install(StatusOr<vmm::RuntimePlan> plan) {
   Status installed = plan.status();
+  bool refused = false;
   if (plan.ok()) {
-    installed = allocator_.has_plan()
-                    ? allocator_.AddPlanVariant(std::move(plan).value())
-                    : allocator_.LoadPlan(std::move(plan).value());
+    // A variant is installed only if it holds no more than the dynamic
+    // space held for the iteration it was made from.
+    installed =
+        allocator_.has_plan()
+            ? allocator_.AddPlanVariant(std::move(plan).value(), held_budget_)
+            : allocator_.LoadPlan(std::move(plan).value());
+    refused = installed.code() == StatusCode::kOutOfMemory;
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (installed.ok()) {
     ++stats_.replans;
+  } else if (refused) {
+    ++stats_.refused;
+    stats_.last_error = installed.ToString();
   } else if (installed.code() == StatusCode::kAlreadyExists) {
     ++stats_.duplicates;  // a variant already covers that shape
   } else {
@@ -135,6 +143,7 @@ void Replanner::BeforeIterationBegin() {
              !s.trace_truncated) {
     // The iteration ending now did not fit any plan: keep recording one
     // more iteration (its frees end the lifetimes that cross over).
+    held_budget_ = s.iteration_held_peak_bytes;
     SetState(State::kExtending);
     return;
   }

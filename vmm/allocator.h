@@ -113,7 +113,14 @@ class Allocator {
   // goes). FAILED_PRECONDITION without an installed plan or with a region
   // too small; INVALID_ARGUMENT for an inconsistent plan; ALREADY_EXISTS
   // (nothing changes) when a variant has the same request sizes.
-  Status AddPlanVariant(RuntimePlan plan);
+  // `held_budget` (0: none): the physical memory the iteration the variant
+  // was made from held, served by the dynamic space. A variant whose layout
+  // would need more than that and than the most loom has held so far (the
+  // memory it cannot use: live arena mappings and the region's backed
+  // granules outside its range, plus its whole range) would raise loom's
+  // peak rather than lower it: OUT_OF_MEMORY, nothing changes (a re-plan
+  // never hurts).
+  Status AddPlanVariant(RuntimePlan plan, uint64_t held_budget = 0);
   // Removes every plan and gives the static region's pages back to the
   // dynamic space (after waiting for the work that may still use them).
   // FAILED_PRECONDITION while a static allocation is live.
@@ -261,6 +268,12 @@ class Allocator {
   // The end of the live static allocations that installed plans placed for
   // good (persistent), rounded up to a granule: where a new variant starts.
   uint64_t PersistentFloor() const;
+  // The physical memory a variant laid out in region bytes [lo, hi) would
+  // hold at its peak: its range whole, plus every page held now that it
+  // cannot use (mapped in the arena with live users, or backing a region
+  // granule outside the range), and the live peak of the dynamic modules'
+  // requests (the arena's by design).
+  uint64_t VariantHeldBytes(uint64_t lo, uint64_t hi) const;
   // Moves every planned offset of `plan` up by `by` bytes (its region too).
   void ShiftPlan(RuntimePlan& plan, uint64_t by) const;
   // The matcher's entry for a request of `size`, from the active variant
@@ -418,6 +431,8 @@ class Allocator {
   uint64_t module_live_ = 0;
   uint64_t module_live_peak_ = 0;
   uint64_t iteration_hits_ = 0;
+  uint64_t iteration_held_peak_ = 0;  // stats' iteration_held_peak_bytes
+  uint64_t held_high_water_ = 0;      // the most physical memory ever held
   uint64_t iteration_misses_ = 0;
   AllocatorStats stats_;
   bool recording_ = false;

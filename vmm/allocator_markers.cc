@@ -25,6 +25,7 @@ void Allocator::IterationBegin(uint64_t number) {
   if (active_ != nullptr) active_->last_used = stats_.iterations;
   iteration_hits_ = 0;
   iteration_misses_ = 0;
+  iteration_held_peak_ = pool_.bytes();
 }
 
 void Allocator::IterationEnd(uint64_t number) {

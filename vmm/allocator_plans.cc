@@ -98,7 +98,7 @@ Status Allocator::LoadPlan(RuntimePlan plan) {
   return OkStatus();
 }
 
-Status Allocator::AddPlanVariant(RuntimePlan plan) {
+Status Allocator::AddPlanVariant(RuntimePlan plan, uint64_t held_budget) {
   std::lock_guard<FutexMutex> lock(mu_);
   if (variants_.empty() || region_ == nullptr) {
     return FailedPreconditionError("no plan installed to add a variant to");
@@ -133,6 +133,28 @@ Status Allocator::AddPlanVariant(RuntimePlan plan) {
     for (const DynamicWindow& w : (*oldest)->plan.windows) lifetimes_.erase(&w);
     if (window_ != nullptr) FindWindow();
     variants_.erase(oldest);
+  }
+  if (held_budget > 0) {
+    // Judged before anything changes (the idle arena mappings are not
+    // unmapped for a variant that is refused).
+    // Memory held now or before costs nothing more: only a variant that
+    // would raise the high-water mark hurts.
+    held_budget = std::max(held_budget, held_high_water_);
+    const uint64_t needs = VariantHeldBytes(floor, plan.region_bytes);
+    if (needs > held_budget) {
+      ++stats_.plan_variants_refused;
+      if (fit_.suspended()) {
+        // The installed plans did not fit the iteration that just ended,
+        // and planning it would hold more than serving it dynamically: the
+        // plans lose (until a variant is installed).
+        referee_.Forfeit(needs, held_budget);
+        serving_ = nullptr;
+      }
+      return OutOfMemoryError(
+          "the variant would hold {} bytes, more than the {} bytes held "
+          "at most so far (its iteration served dynamically included)",
+          needs, held_budget);
+    }
   }
   LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
   variants_.push_back(std::make_unique<Variant>(std::move(plan), granularity_));
@@ -170,6 +192,33 @@ uint64_t Allocator::PersistentFloor() const {
     }
   });
   return RoundUp(floor, granularity_);
+}
+
+uint64_t Allocator::VariantHeldBytes(uint64_t lo, uint64_t hi) const {
+  std::vector<PageId> pinned;
+  // Arena mappings with a live user stay mapped whole (a chunk maps whole).
+  std::vector<PageId> idle = arena_->IdlePages();
+  std::sort(idle.begin(), idle.end());
+  for (const auto& [address, bytes] : arena_->MappedRanges()) {
+    for (uint64_t at = address; at < address + bytes; at += granularity_) {
+      const PageId page = arena_->PageAt(at);
+      if (!std::binary_search(idle.begin(), idle.end(), page))
+        pinned.push_back(page);
+    }
+  }
+  const uint32_t first = static_cast<uint32_t>(lo / granularity_);
+  const uint32_t end =
+      static_cast<uint32_t>(RoundUp(hi, granularity_) / granularity_);
+  for (uint32_t k = 0; k < region_->backed_extent(); ++k) {
+    if (k >= first && k < end) continue;
+    if (region_->page(k) != kNoPage) pinned.push_back(region_->page(k));
+  }
+  const uint64_t pages = static_cast<uint64_t>(
+      std::unique(pinned.begin(), pinned.end()) - pinned.begin());
+  // The requests of dynamic modules are the arena's (the plan leaves them
+  // to it): their live peak comes on top.
+  return pages * granularity_ + (uint64_t{end} - first) * granularity_ +
+         RoundUp(module_live_peak_, granularity_);
 }
 
 void Allocator::ShiftPlan(RuntimePlan& plan, uint64_t by) const {

@@ -316,5 +316,49 @@ TEST(AllocatorPlansTest, AGrownRequestTakesIdleBytesAfterItsEntryOnly) {
   a2->CheckInvariants();
 }
 
+TEST(AllocatorPlansTest,
+     AVariantThatWouldRaiseThePeakIsRefusedAndThePlanLoses) {
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG, 40)).ok());
+  // Another shape: 40 buffers of 3 granules, served dynamically once the
+  // plan is suspended.
+  RunStack(*a, *d, 3 * kG, 40, 0);
+  ASSERT_TRUE(a->PlanSuspended());
+  const AllocatorStats ran = a->stats();
+  EXPECT_GE(ran.iteration_held_peak_bytes, 120 * kG);
+  EXPECT_EQ(ran.iteration_held_peak_bytes, ran.reserved_bytes.peak);
+  // A layout of that iteration needing 180 granules would raise the peak:
+  // refused, nothing installed, and the plan that did not fit loses.
+  Status refused =
+      a->AddPlanVariant(StackPlan(3 * kG, 60), ran.iteration_held_peak_bytes);
+  EXPECT_EQ(refused.code(), StatusCode::kOutOfMemory) << refused.ToString();
+  AllocatorStats s = a->stats();
+  EXPECT_EQ(s.plan_variants, 1u);
+  EXPECT_EQ(s.plan_variants_refused, 1u);
+  EXPECT_EQ(s.plan_verdict, "lost");
+  // The next iteration of that shape: everything dynamic from its first
+  // request (no plan hit, no miss, no suspension), in the memory held.
+  const uint64_t creates = d->calls(DriverOp::kCreate);
+  RunStack(*a, *d, 3 * kG, 40, 1);
+  s = a->stats();
+  EXPECT_EQ(s.plan_hits, ran.plan_hits);
+  EXPECT_EQ(s.plan_misses, ran.plan_misses);
+  EXPECT_EQ(s.plan_suspensions, ran.plan_suspensions);
+  EXPECT_EQ(d->calls(DriverOp::kCreate), creates) << "new memory";
+  EXPECT_EQ(s.reserved_bytes.peak, ran.reserved_bytes.peak);
+  // A layout that fits in what is held is installed and serves (a re-plan
+  // wins back what a refusal lost).
+  ASSERT_TRUE(a->AddPlanVariant(StackPlan(3 * kG, 40),
+                                a->stats().iteration_held_peak_bytes)
+                  .ok());
+  RunStack(*a, *d, 3 * kG, 40, 2);
+  s = a->stats();
+  EXPECT_EQ(s.plan_hits, ran.plan_hits + 40);
+  EXPECT_EQ(s.plan_variants_refused, 1u);
+  EXPECT_EQ(s.reserved_bytes.peak, ran.reserved_bytes.peak);
+  a->CheckInvariants();
+}
+
 }  // namespace
 }  // namespace loom::vmm

@@ -96,6 +96,14 @@ bool PlanReferee::Judge(uint64_t plan_bytes, uint64_t expected_bytes) {
   return true;
 }
 
+void PlanReferee::Forfeit(uint64_t plan_bytes, uint64_t dynamic_bytes) {
+  verdict_ = Verdict::kLost;
+  ++losses_;
+  lost_plan_bytes_ = plan_bytes;
+  lost_dynamic_bytes_ = dynamic_bytes;
+  shadow_.Reset();
+}
+
 void PlanReferee::IterationBegin() {
   if (!watching()) return;
   dynamic_peak_ = std::max(dynamic_peak_, dynamic_now());

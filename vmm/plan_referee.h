@@ -110,6 +110,10 @@ class PlanReferee {
   // plan whose layout reaches its high addresses before the shadow does is
   // not judged on that alone.
   bool Judge(uint64_t plan_bytes, uint64_t expected_bytes);
+  // The plan loses without a judgement of the shadow: it did not fit the
+  // run, and its re-plan would hold `plan_bytes` where `dynamic_bytes`
+  // were enough (Allocator::AddPlanVariant). From any verdict.
+  void Forfeit(uint64_t plan_bytes, uint64_t dynamic_bytes);
   // An iteration boundary: confirms a plan that kept winning.
   void IterationBegin();
 
