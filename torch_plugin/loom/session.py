@@ -181,6 +181,10 @@ class Session:
             log.info("loom: a plan variant for a new shape of iteration was "
                      "installed (%d variants)",
                      stats.get("loom.plan_variants", 0))
+        if grew("loom.replans_refused"):
+            log.info("loom: a re-plan was not installed (%s); the iterations "
+                     "it did not fit are served dynamically",
+                     stats.get("loom.replan_error", "?"))
         if grew("loom.replan_failures"):
             log.warning("loom: re-planning failed: %s",
                         stats.get("loom.replan_error", "?"))
