@@ -220,11 +220,15 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     } else if (match.entry->offset == kUnplanned) {
       ++stats_.unplanned;
       // After the set-up, an early iteration's request without a steady
-      // twin counts against the fit like a miss (the steady iteration's
-      // own unplanned requests, which outlive it, do not).
-      if (match.prologue && !active_->matcher.in_setup() &&
-          fit_.Record(false)) {
-        Suspend();
+      // twin counts against the fit like a miss. Otherwise the plan
+      // foresaw it (a set-up transient, a steady request that outlives the
+      // iteration): a hit for the fit, or a long stretch of them (a
+      // pipeline's warm-up before its first iteration) would leave the
+      // window to the few extra requests among them.
+      if (match.prologue && !active_->matcher.in_setup()) {
+        if (fit_.Record(false)) Suspend();
+      } else {
+        fit_.RecordHit();
       }
       // Expected to live as recorded (an early iteration's request carries
       // its own lifetime; a set-up one none).
@@ -265,7 +269,14 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
   } else {
     // No plan, or the plan does not fit this iteration (suspended): the
     // dynamic space, which may take any idle static page.
-    if (active_ != nullptr) ++stats_.suspended_requests;
+    if (active_ != nullptr) {
+      ++stats_.suspended_requests;
+      // In the prologue the matcher's cursor keeps its place across
+      // iteration markers: it follows the run while the plan is suspended,
+      // so the next iteration's requests meet their own entries.
+      if (active_->matcher.in_prologue() && !referee_.lost())
+        active_->matcher.Next(size);
+    }
     ptr = AllocateInArena(size, stream, -1);
   }
   if (!ptr.ok()) {
