@@ -8,7 +8,9 @@
 // the matcher routes (a hit: served at its planned range; a miss: anything
 // else) and judges the plan over a sliding window of the last kWindow of
 // them: once at least kMinRecords requests of the current iteration were
-// seen and fewer than kMinHitRate of the window hit, the plan is suspended
+// seen, fewer than kMinHitRate of the window hit and at least kMinMisses
+// of it missed (a few misses early on are a perturbation's, not another
+// shape's), the plan is suspended
 // until the next iteration begins (the allocator then serves everything
 // from its dynamic space and lends it every idle static page). Counts of
 // suspended iterations tell the re-planner (autoplan/) when to record the
@@ -24,8 +26,11 @@ namespace loom::vmm {
 class FitMonitor {
  public:
   static constexpr uint32_t kWindow = 64;       // requests judged together
-  static constexpr uint32_t kMinRecords = 32;   // seen before judging
+  static constexpr uint32_t kMinRecords = 16;   // seen before judging
   static constexpr double kMinHitRate = 0.875;  // of the window
+  // Misses in the window before it may suspend (a few misses among the
+  // first requests are a perturbation's, not another shape's).
+  static constexpr uint32_t kMinMisses = 5;
 
   // A new iteration: the plan gets another chance.
   void IterationBegin() {
@@ -48,7 +53,7 @@ class FitMonitor {
     const uint32_t seen = records_ < kWindow ? records_ : kWindow;
     const uint64_t mask = seen == 64 ? ~uint64_t{0} : (uint64_t{1} << seen) - 1;
     const int hits = std::popcount(window_ & mask);
-    if (hits >= kMinHitRate * seen) return false;
+    if (hits >= kMinHitRate * seen || seen - hits < kMinMisses) return false;
     suspended_ = true;
     ++suspensions_;
     return true;

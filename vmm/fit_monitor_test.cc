@@ -51,6 +51,19 @@ TEST(FitMonitorTest, TheWindowForgetsOldHits) {
   EXPECT_EQ(misses, 8);
 }
 
+TEST(FitMonitorTest, AFewEarlyMissesDoNotSuspend) {
+  FitMonitor m;
+  m.IterationBegin();
+  // 13 hits, then 4 misses: 76% of 17 requests, but only 4 misses.
+  for (int i = 0; i < 13; ++i) ASSERT_FALSE(m.Record(true));
+  for (uint32_t i = 0; i + 1 < FitMonitor::kMinMisses; ++i) {
+    ASSERT_FALSE(m.Record(false));
+  }
+  EXPECT_FALSE(m.suspended());
+  // Another shape: misses keep coming; the kMinMisses-th suspends.
+  EXPECT_TRUE(m.Record(false));
+}
+
 TEST(FitMonitorTest, AShortWindowIsJudgedOnWhatItHolds) {
   FitMonitor m;
   m.IterationBegin();

@@ -451,6 +451,8 @@ class Session:
                 },
                 "replan": bool(config.replan),
                 "replans": stats.get("loom.replans", 0),
+                # Re-plans not installed: they would have raised the peak.
+                "replans_refused": stats.get("loom.replans_refused", 0),
                 "replan_state": stats.get("loom.replan_state"),
                 "replan_error": stats.get("loom.replan_error") or None,
                 "torch_allocator": self.torch_allocator is not None,
