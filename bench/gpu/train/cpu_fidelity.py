@@ -58,6 +58,30 @@ def measured():
     return json.loads((RUN / "measured.json").read_text())
 
 
+# The transformers release the H200 image ran (bench/results/runtime.md).
+H200_TRANSFORMERS = "5.17.0"
+
+
+def h200_experts(model):
+    """Makes the MoE experts of `model` run the code the H200's transformers
+    (5.17.0) ran; returns the number of experts modules changed. Its
+    grouped_mm experts always mask expert-parallel sentinels: a bool mask
+    of the routed tokens (kept for the backward), masked_fill_ of the
+    sorted inputs, and an out-of-place masked_fill of each grouped_mm's
+    output (the gate/up and the down projection), so each has an
+    output-sized copy, and so has its gradient in the backward. transformers
+    5.18 does all that only under expert parallelism
+    (`_is_expert_parallel`, False otherwise): setting the flag runs 5.17's
+    path, which leaves the values unchanged without sentinels. With 5.17
+    itself (no flag) nothing changes."""
+    changed = 0
+    for module in getattr(model, "modules", lambda: ())():
+        if getattr(module, "_is_expert_parallel", None) is False:
+            module._is_expert_parallel = True  # pylint: disable=protected-access
+            changed += 1
+    return changed
+
+
 def record(name, steps=3):
     """The CPU recording (a stopped loom Recorder) of model `name`'s GPU
     configuration: the build and `steps` training steps, fake mode."""
@@ -74,6 +98,7 @@ def record(name, steps=3):
     recorder.start()
     try:
         trainer = models.build(torch, spec, spec.micro_batch, device="cpu")
+        h200_experts(trainer.model)
         fake_record.cuda_optimizer(trainer.optimizer)
         recorder.watch(trainer.model)
         optimizer = trainer.optimizer

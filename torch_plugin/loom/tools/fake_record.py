@@ -157,19 +157,14 @@ class Workspaces:
         return self.nbytes
 
 
-def _grouped_mm(func, args, kwargs, scratch):
+def _grouped_mm(func, args, kwargs, _scratch):
     """_grouped_mm in any floating dtype: the shape the meta kernel gives
-    in bfloat16, in the first input's dtype (or out_dtype). A float32
-    2-D x 2-D product (a weight's gradient) whose first operand is a
-    transposed view is copied to row-major first on CUDA: `scratch(n)`
-    records that temporary (as in the H200's MoE trace: 448 MiB
-    allocated and freed before each expert weight gradient)."""
+    in bfloat16, in the first input's dtype (or out_dtype). CUDA's
+    fallback for other dtypes (a cuBLAS mm per group into the result)
+    allocates nothing else, a transposed operand included."""
     import torch  # pylint: disable=import-outside-toplevel
     kwargs = dict(kwargs or {})
     a, b = args[0], args[1]
-    if a.dim() == 2 and b.dim() == 2 and a.dtype == torch.float32 and \
-            not a.is_contiguous():
-        scratch(a.numel() * a.element_size())
     dtype = kwargs.pop("out_dtype", None) or a.dtype
     if a.dtype == b.dtype == torch.bfloat16:
         return func(*args, out_dtype=dtype, **kwargs)
