@@ -54,6 +54,21 @@ def test_the_harness_covers_every_measured_model():
     assert sorted(_harness().measured()["models"]) == list(MODELS)
 
 
+def test_the_moe_experts_run_the_h200_s_transformers_path():
+    """transformers 5.18 masks expert-parallel sentinels only under expert
+    parallelism; the H200's 5.17 always did (cpu_fidelity.h200_experts)."""
+    import torch  # pylint: disable=import-outside-toplevel
+    harness = _harness()
+    models = harness._models()  # pylint: disable=protected-access
+    spec = models.spec("moe", "tiny")
+    model = models.build(torch, spec, 1, device="cpu").model
+    experts = [m for m in model.modules() if type(m).__name__.endswith(
+        "Experts")]
+    assert len(experts) == spec.dims[2]
+    harness.h200_experts(model)
+    assert all(getattr(m, "_is_expert_parallel", True) for m in experts)
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_peak_allocated_is_the_h200_s(model, loom_tool):
     result = _fidelity(model, str(loom_tool))

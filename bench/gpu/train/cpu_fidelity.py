@@ -8,8 +8,9 @@ Each model of models.py at scale "full" and its GPU micro-batch is built
 and trained for 3 steps (as the H200 traces hold: the build from process
 start, then iterations 0-2) under loom.record_cpu's default fake mode
 (FakeTensors: shapes only; CUDA's autocast policy; AdamW's foreach path,
-which PyTorch picks on CUDA). The markers are those loom.watch puts on the
-GPU: an iteration begins at the model's forward (phase "forward", then
+which PyTorch picks on CUDA; the MoE experts run the code of the H200's
+transformers, 5.17: h200_experts). The markers are those loom.watch puts
+on the GPU: an iteration begins at the model's forward (phase "forward", then
 "backward" at the output's gradient) and ends after optimizer.step()
 (phase "optimizer"), so the batch made before the forward and
 zero_grad's frees fall between iterations, as in the GPU traces
@@ -58,13 +59,10 @@ def measured():
     return json.loads((RUN / "measured.json").read_text())
 
 
-# The transformers release the H200 image ran (bench/results/runtime.md).
-H200_TRANSFORMERS = "5.17.0"
-
-
 def h200_experts(model):
     """Makes the MoE experts of `model` run the code the H200's transformers
-    (5.17.0) ran; returns the number of experts modules changed. Its
+    (5.17.0, bench/results/runtime.md) ran; returns the number of experts
+    modules changed. Its
     grouped_mm experts always mask expert-parallel sentinels: a bool mask
     of the routed tokens (kept for the backward), masked_fill_ of the
     sorted inputs, and an out-of-place masked_fill of each grouped_mm's
