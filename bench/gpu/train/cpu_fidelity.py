@@ -8,8 +8,9 @@ Each model of models.py at scale "full" and its GPU micro-batch is built
 and trained for 3 steps (as the H200 traces hold: the build from process
 start, then iterations 0-2) under loom.record_cpu's default fake mode
 (FakeTensors: shapes only; CUDA's autocast policy; AdamW's foreach path,
-which PyTorch picks on CUDA). The markers are those loom.watch puts on the
-GPU: an iteration begins at the model's forward (phase "forward", then
+which PyTorch picks on CUDA; the MoE experts run the code of the H200's
+transformers, 5.17: h200_experts). The markers are those loom.watch puts
+on the GPU: an iteration begins at the model's forward (phase "forward", then
 "backward" at the output's gradient) and ends after optimizer.step()
 (phase "optimizer"), so the batch made before the forward and
 zero_grad's frees fall between iterations, as in the GPU traces
@@ -58,6 +59,27 @@ def measured():
     return json.loads((RUN / "measured.json").read_text())
 
 
+def h200_experts(model):
+    """Makes the MoE experts of `model` run the code the H200's transformers
+    (5.17.0, bench/results/runtime.md) ran; returns the number of experts
+    modules changed. Its
+    grouped_mm experts always mask expert-parallel sentinels: a bool mask
+    of the routed tokens (kept for the backward), masked_fill_ of the
+    sorted inputs, and an out-of-place masked_fill of each grouped_mm's
+    output (the gate/up and the down projection), so each has an
+    output-sized copy, and so has its gradient in the backward. transformers
+    5.18 does all that only under expert parallelism
+    (`_is_expert_parallel`, False otherwise): setting the flag runs 5.17's
+    path, which leaves the values unchanged without sentinels. With 5.17
+    itself (no flag) nothing changes."""
+    changed = 0
+    for module in getattr(model, "modules", lambda: ())():
+        if getattr(module, "_is_expert_parallel", None) is False:
+            module._is_expert_parallel = True  # pylint: disable=protected-access
+            changed += 1
+    return changed
+
+
 def record(name, steps=3):
     """The CPU recording (a stopped loom Recorder) of model `name`'s GPU
     configuration: the build and `steps` training steps, fake mode."""
@@ -74,6 +96,7 @@ def record(name, steps=3):
     recorder.start()
     try:
         trainer = models.build(torch, spec, spec.micro_batch, device="cpu")
+        h200_experts(trainer.model)
         fake_record.cuda_optimizer(trainer.optimizer)
         recorder.watch(trainer.model)
         optimizer = trainer.optimizer

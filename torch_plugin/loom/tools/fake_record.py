@@ -41,6 +41,10 @@ what a CUDA run does (docs/plugin.md, "Recording on the CPU"):
   only, CUDA's (PyTorch 2.11, transformers' MoE experts over float32
   weights) also float32: `override()` gives the shape bfloat16 would
   have, in the inputs' dtype.
+- Autograd's backward of indexing (x[idx]) copies the zeros it puts the
+  gradient into when a tensor is "subclass-like", which FakeTensors and a
+  dispatch mode make every tensor; CUDA's eager run puts it in place, and
+  so does `override()` (`_index_put`).
 - cuBLAS's workspace: CUDA's matmuls take one from the caching allocator
   per cuBLAS handle, at a handle's first matmul, and never give it back:
   32 MiB on Hopper (CUBLAS_WORKSPACE_CONFIG's default :4096:8; H100,
@@ -157,19 +161,14 @@ class Workspaces:
         return self.nbytes
 
 
-def _grouped_mm(func, args, kwargs, scratch):
+def _grouped_mm(func, args, kwargs, _scratch):
     """_grouped_mm in any floating dtype: the shape the meta kernel gives
-    in bfloat16, in the first input's dtype (or out_dtype). A float32
-    2-D x 2-D product (a weight's gradient) whose first operand is a
-    transposed view is copied to row-major first on CUDA: `scratch(n)`
-    records that temporary (as in the H200's MoE trace: 448 MiB
-    allocated and freed before each expert weight gradient)."""
+    in bfloat16, in the first input's dtype (or out_dtype). CUDA's
+    fallback for other dtypes (a cuBLAS mm per group into the result)
+    allocates nothing else, a transposed operand included."""
     import torch  # pylint: disable=import-outside-toplevel
     kwargs = dict(kwargs or {})
     a, b = args[0], args[1]
-    if a.dim() == 2 and b.dim() == 2 and a.dtype == torch.float32 and \
-            not a.is_contiguous():
-        scratch(a.numel() * a.element_size())
     dtype = kwargs.pop("out_dtype", None) or a.dtype
     if a.dtype == b.dtype == torch.bfloat16:
         return func(*args, out_dtype=dtype, **kwargs)
@@ -186,7 +185,44 @@ def override(func):
     import torch  # pylint: disable=import-outside-toplevel
     if func is torch.ops.aten._grouped_mm.default:  # noqa: SLF001
         return _grouped_mm
+    if func is torch.ops.aten.new_zeros.default:
+        return _new_zeros
+    if func is torch.ops.aten.index_put.default:
+        return _index_put
     return None
+
+
+# The last tensor aten.new_zeros made (a weak reference): what autograd's
+# backward of indexing puts the gradient into.
+_ZEROS = None
+
+
+def _new_zeros(func, args, kwargs, _scratch):
+    global _ZEROS  # pylint: disable=global-statement
+    import weakref  # pylint: disable=import-outside-toplevel
+    out = func(*args, **(kwargs or {}))
+    _ZEROS = weakref.ref(out)
+    return out
+
+
+def _index_put(func, args, kwargs, _scratch):
+    """index_put: autograd's backward of indexing (`index_backward`) puts
+    the gradient into zeros it has just made (`grad.new_zeros`) in place
+    (`_index_put_impl_`, as on CUDA; there index_put's own sort temporaries
+    follow, which the shapes alone do not size: CUB's), but out of place,
+    a copy of the zeros, when a tensor is "subclass-like": a FakeTensor,
+    or any tensor while a dispatch mode (the recorder's) is on. That
+    index_put (accumulating, while a backward runs, into the last
+    new_zeros) is done in place."""
+    import torch  # pylint: disable=import-outside-toplevel
+    kwargs = dict(kwargs or {})
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    zeros = _ZEROS() if _ZEROS is not None else None
+    if accumulate and zeros is not None and zeros is args[0] and \
+            torch._C._current_graph_task_id() != -1:  # noqa: SLF001
+        return torch.ops.aten.index_put_.default(args[0], args[1], args[2],
+                                                 True)
+    return func(*args, **kwargs)
 
 
 @contextlib.contextmanager
