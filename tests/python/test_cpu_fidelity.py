@@ -69,6 +69,19 @@ def test_the_moe_experts_run_the_h200_s_transformers_path():
     assert all(getattr(m, "_is_expert_parallel", True) for m in experts)
 
 
+def test_a_recording_at_another_micro_batch_is_of_that_batch(loom_tool):
+    """record(micro_batch=) (what --largest searches over) records that
+    batch: llama1b at batch 1 holds less than at the H200's batch 4."""
+    from loom.tools.record_summary import summarize  # noqa: PLC0415
+    harness = _harness()
+    recorder = harness.record("llama1b", steps=2, micro_batch=1)
+    assert "micro-batch 1," in recorder.trace.provenance
+    one = summarize(recorder.trace.events)["peak_live_bytes"]
+    default = _fidelity("llama1b", str(loom_tool))
+    four = default["allocators"]["pytorch"]["cpu_allocated"]
+    assert 0 < one < four
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_peak_allocated_is_the_h200_s(model, loom_tool):
     result = _fidelity(model, str(loom_tool))

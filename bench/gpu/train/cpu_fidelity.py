@@ -3,6 +3,12 @@ beside what the H200 recorded and measured (issue 22, item 2).
 
     python3 bench/gpu/train/cpu_fidelity.py [--models a,b] [--json]
         [--out DIR]
+    python3 bench/gpu/train/cpu_fidelity.py --models llama1b --largest 80GiB
+        [--max-batch 64]
+
+The second form predicts the largest micro-batch that fits a device of
+that size under PyTorch's allocator and expandable segments (largest()),
+for `compare.py run --search` on a GPU to confirm (issue 22's target).
 
 Each model of models.py at scale "full" and its GPU micro-batch is built
 and trained for 3 steps (as the H200 traces hold: the build from process
@@ -80,22 +86,24 @@ def h200_experts(model):
     return changed
 
 
-def record(name, steps=3):
+def record(name, steps=3, micro_batch=None):
     """The CPU recording (a stopped loom Recorder) of model `name`'s GPU
-    configuration: the build and `steps` training steps, fake mode."""
+    configuration: the build and `steps` training steps, fake mode, at
+    `micro_batch` (default: the GPU run's)."""
     import torch  # pylint: disable=import-outside-toplevel
     sys.path.insert(0, str(ROOT / "torch_plugin"))
     # pylint: disable-next=import-outside-toplevel
     from loom.tools import fake_record, record_cpu
     models = _models()
     spec = models.spec(name, "full")
+    batch = spec.micro_batch if micro_batch is None else micro_batch
     recorder = record_cpu.Recorder(None, provenance=(
         f"bench/gpu/train/cpu_fidelity.py: {name} (models.py, full) at "
-        f"micro-batch {spec.micro_batch}, {steps} steps, recorded on the "
+        f"micro-batch {batch}, {steps} steps, recorded on the "
         f"CPU on FakeTensors; torch {torch.__version__}"))
     recorder.start()
     try:
-        trainer = models.build(torch, spec, spec.micro_batch, device="cpu")
+        trainer = models.build(torch, spec, batch, device="cpu")
         h200_experts(trainer.model)
         fake_record.cuda_optimizer(trainer.optimizer)
         recorder.watch(trainer.model)
@@ -205,16 +213,44 @@ def table(results):
     return "\n".join(lines)
 
 
+def largest(name, device_memory, max_batch=64):
+    """The largest micro-batch of model `name` predicted to fit
+    `device_memory` under PyTorch's allocator and expandable segments
+    (loom.tools.predict.largest_batch over CPU recordings of the GPU
+    configuration): what `compare.py run --search` measures on a GPU of
+    that size (issue 22's target: llama1b at 80 GiB under expandable
+    segments)."""
+    sys.path.insert(0, str(ROOT / "torch_plugin"))
+    from loom.tools import predict  # pylint: disable=import-outside-toplevel
+    return predict.largest_batch(
+        lambda batch: record(name, micro_batch=batch), device_memory,
+        max_batch=max_batch, allocators=list(SIMULATED),
+        on_recording=lambda entry: print(
+            f"{name} batch {entry['batch']}: " + ", ".join(
+                f"{a['allocator']} {a['peak_reserved_bytes'] / 2**30:.2f} GiB"
+                f"{' (OOM)' if a['oom'] else ''}"
+                for a in entry["allocators"]), file=sys.stderr))
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=None)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--largest", default=None, metavar="SIZE",
+                        help="instead: the largest micro-batch predicted to "
+                        "fit a device of SIZE (e.g. 80GiB), per allocator")
+    parser.add_argument("--max-batch", type=int, default=64)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "torch_plugin"))
     from loom import _paths  # pylint: disable=import-outside-toplevel
     names = (args.models.split(",") if args.models
              else sorted(measured()["models"]))
+    if args.largest:
+        found = {name: largest(name, args.largest, args.max_batch)
+                 for name in names}
+        print(json.dumps(found, indent=2))
+        return 0
     if args.out:
         os.makedirs(args.out, exist_ok=True)
     results = []
