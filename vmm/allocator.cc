@@ -210,6 +210,17 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     const int64_t until = DynamicUntil(&birth);
     learned = birth.window != nullptr;
     ptr = ServeUnforeseen(size, stream, until, {}, &where);
+  } else if (serving_ != nullptr && trial_left_ > 0) [[unlikely]] {
+    // A trial (IterationBegin): the matcher follows, the arena serves; the
+    // plan serves the rest only if kTrialHits of them met their entries.
+    ++stats_.suspended_requests;
+    Matcher::Match match = MatchRequest(size);
+    if (match.entry != nullptr && !match.near) ++trial_hits_;
+    if (--trial_left_ == 0 && trial_hits_ < kTrialHits) {
+      fit_.SuspendNow();
+      Suspend();
+    }
+    ptr = AllocateInArena(size, stream, -1);
   } else if (serving_ != nullptr) {
     Matcher::Match match = MatchRequest(size);
     if (match.entry == nullptr) {

@@ -132,6 +132,14 @@ class Allocator {
   bool PlanSuspended() const;
   uint64_t granularity() const { return granularity_; }
   static constexpr size_t kMaxVariants = 8;
+  // A plan that has not fitted a whole iteration yet, after an iteration it
+  // did not fit (another batch size, another model): the next iteration's
+  // first kTrialRequests are a trial, served dynamically while the matcher
+  // follows them; the plan serves the rest of the iteration only if
+  // kTrialHits of them met their entries, else the iteration is suspended
+  // from its first request on.
+  static constexpr uint32_t kTrialRequests = 16;
+  static constexpr uint32_t kTrialHits = 14;
 
   // Serves `size` bytes on `stream`. OUT_OF_MEMORY (nothing leaked) when the
   // cap or the device is exhausted even after releasing cached memory.
@@ -431,6 +439,10 @@ class Allocator {
   uint64_t module_live_ = 0;
   uint64_t module_live_peak_ = 0;
   uint64_t iteration_hits_ = 0;
+  // Requests left in this iteration's trial (kTrialRequests), and how many
+  // of them met their entries.
+  uint32_t trial_left_ = 0;
+  uint32_t trial_hits_ = 0;
   uint64_t iteration_held_peak_ = 0;  // stats' iteration_held_peak_bytes
   uint64_t held_high_water_ = 0;      // the most physical memory ever held
   uint64_t iteration_misses_ = 0;

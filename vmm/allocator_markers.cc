@@ -25,6 +25,15 @@ void Allocator::IterationBegin(uint64_t number) {
   if (active_ != nullptr) active_->last_used = stats_.iterations;
   iteration_hits_ = 0;
   iteration_misses_ = 0;
+  trial_hits_ = 0;
+  trial_left_ = 0;
+  // A plan that has not fitted one iteration yet, after one it did not fit
+  // (another batch size, another model): the next iteration's first
+  // requests are a trial, served dynamically while the matcher follows.
+  if (serving_ != nullptr && variants_.size() == 1 && stats_.iterations > 1 &&
+      fit_.last_iteration_suspended() && fit_.fitted_iterations() == 0) {
+    trial_left_ = kTrialRequests;
+  }
   iteration_held_peak_ = pool_.bytes();
 }
 

@@ -438,5 +438,37 @@ TEST(AllocatorPlansTest, SetUpRequestsThePlanLeftUnplacedCountAsFitting) {
   a->CheckInvariants();
 }
 
+TEST(AllocatorPlansTest, APlanThatNeverFittedTriesAnIterationBeforeServingIt) {
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG, 40)).ok());
+  // Another shape from the start (another batch size): suspended.
+  RunStack(*a, *d, 3 * kG, 40, 0);
+  ASSERT_TRUE(a->PlanSuspended());
+  AllocatorStats s = a->stats();
+  const uint64_t misses = s.plan_misses, suspensions = s.plan_suspensions;
+  EXPECT_GT(misses, 0u);
+  // The next one is a trial: its first requests are served dynamically
+  // while the matcher follows; they miss, so the plan takes no request.
+  RunStack(*a, *d, 3 * kG, 40, 1);
+  s = a->stats();
+  EXPECT_EQ(s.plan_misses, misses) << "the trial's requests went to the plan";
+  EXPECT_EQ(s.plan_hits, 0u);
+  EXPECT_EQ(s.plan_suspensions, suspensions + 1);
+  // The plan's own shape: the trial's requests hit, the rest is served
+  // from the plan.
+  RunStack(*a, *d, kG, 40, 2);
+  s = a->stats();
+  EXPECT_EQ(s.plan_hits, 40u - Allocator::kTrialRequests);
+  EXPECT_EQ(s.plan_suspensions, suspensions + 1);
+  // Once a whole iteration fitted, no more trials: the plan serves the
+  // first requests of the next iteration and misses them.
+  RunStack(*a, *d, kG, 40, 3);
+  EXPECT_EQ(a->stats().plan_hits, 80u - Allocator::kTrialRequests);
+  RunStack(*a, *d, 3 * kG, 40, 4);
+  EXPECT_GT(a->stats().plan_misses, misses);
+  a->CheckInvariants();
+}
+
 }  // namespace
 }  // namespace loom::vmm

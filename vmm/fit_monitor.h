@@ -35,6 +35,9 @@ class FitMonitor {
   // A new iteration: the plan gets another chance.
   void IterationBegin() {
     if (suspended_) ++suspended_iterations_;
+    // (The first call ends the set-up, not an iteration.)
+    if (!suspended_ && records_ > 0 && begun_) ++fitted_iterations_;
+    begun_ = true;
     last_iteration_suspended_ = suspended_;
     suspended_ = false;
     window_ = 0;
@@ -58,11 +61,19 @@ class FitMonitor {
     ++suspensions_;
     return true;
   }
+  // Suspends now (a trial of the iteration's first requests failed).
+  void SuspendNow() {
+    if (suspended_) return;
+    suspended_ = true;
+    ++suspensions_;
+  }
   bool suspended() const { return suspended_; }
   bool last_iteration_suspended() const { return last_iteration_suspended_; }
   // Iterations that ended suspended, and suspensions in all.
   uint64_t suspended_iterations() const { return suspended_iterations_; }
   uint64_t suspensions() const { return suspensions_; }
+  // Iterations that ended with the plan serving (some request judged).
+  uint64_t fitted_iterations() const { return fitted_iterations_; }
 
  private:
   uint64_t window_ = 0;  // bit i: the i-th latest request hit
@@ -71,6 +82,8 @@ class FitMonitor {
   bool last_iteration_suspended_ = false;
   uint64_t suspended_iterations_ = 0;
   uint64_t suspensions_ = 0;
+  uint64_t fitted_iterations_ = 0;
+  bool begun_ = false;
 };
 
 }  // namespace loom::vmm
