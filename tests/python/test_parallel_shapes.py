@@ -312,3 +312,33 @@ def test_predict_answers_for_a_factory_of_one_s_own(loom_tool):
     workspaces = 2 * fake_record.CUBLAS_WORKSPACE_BYTES  # cuBLAS's
     assert ends == [3 * MLP_PARAM_BYTES + workspaces,
                     2 * MLP_PARAM_BYTES + workspaces]
+
+
+def test_record_cpu_reports_what_zero_sharded(tmp_path, capsys):
+    """`loom record-cpu --json` says, as what-if --json does, how many bytes
+    of each kind ZeRO shrank to each rank's shard (issue 22, item 4)."""
+    spec, rec = _record("--dp", "2", "--zero", "1")
+    params = _param_bytes(spec)
+    out = tmp_path / "zero.ltb"
+    assert record_cpu_cli.main(
+        ["--model", "llama", "--set", SIZES, "--seq", "16", "--steps", "2",
+         "--dp", "2", "--zero", "1", "--json", "-o", str(out)]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["sharded"] == {k: {"bytes": v[0], "shard_bytes": v[1]}
+                                for k, v in rec.sharded.items()}
+    # ZeRO-1 over 2 ranks: the optimizer's state, halved, nothing else.
+    optimizer = found["sharded"]["optimizer"]
+    assert optimizer["bytes"] >= 2 * params
+    assert optimizer["shard_bytes"] == optimizer["bytes"] // 2
+    assert set(found["sharded"]) == {"optimizer"}
+    assert record_cpu_cli.main(
+        ["--model", "llama", "--set", SIZES, "--seq", "16", "--steps", "2",
+         "-o", str(out)]) == 0
+    line = capsys.readouterr().out
+    assert "per rank" not in line and "requests" in line
+    assert record_cpu_cli.main(
+        ["--model", "llama", "--set", SIZES, "--seq", "16", "--steps", "2",
+         "--dp", "2", "--zero", "1", "-o", str(out)]) == 0
+    line = capsys.readouterr().out
+    assert (f"optimizer {optimizer['bytes']} -> "
+            f"{optimizer['shard_bytes']} bytes per rank") in line

@@ -303,7 +303,8 @@ def _record_cpu(args, spec, parallel, argv):
     started = time.time()
     recorder = record_rank(spec, parallel, args.steps, args.dynamic, argv)
     recorder.write(args.output)
-    _report(args, spec, "cpu", recorder.summary(), time.time() - started)
+    _report(args, spec, "cpu", recorder.summary(), time.time() - started,
+            sharded=recorder.sharded)
     return 0
 
 
@@ -362,10 +363,14 @@ def _trainer(spec):
             f"{' '.join(str(error).split())}") from None
 
 
-def _report(args, spec, device, summary, seconds):
-    """The summary of the trace written: one line, or JSON (--json)."""
+def _report(args, spec, device, summary, seconds, sharded=None):
+    """The summary of the trace written: one line, or JSON (--json).
+    `sharded`: what --dp/--zero shrank ({what: [bytes, shard bytes]},
+    parallel_shapes.Recording.sharded), as what-if --json reports it."""
     path = args.output
     per = summary["requests_per_iteration"]
+    sharded = {k: {"bytes": v[0], "shard_bytes": v[1]}
+               for k, v in (sharded or {}).items()}
     if args.json:
         print(json.dumps({
             "output": path, "model": spec.model_type, "device": device,
@@ -374,14 +379,18 @@ def _report(args, spec, device, summary, seconds):
             "requests_per_iteration": list(per),
             "peak_live_bytes": summary["peak_live_bytes"],
             "setup_bytes": summary["setup_bytes"],
+            "sharded": sharded,
             "events": summary["events"], "seconds": round(seconds, 3)},
             indent=2))
         return
+    shards = "".join(
+        f", {what} {v['bytes']} -> {v['shard_bytes']} bytes per rank"
+        for what, v in sharded.items())
     print(f"{path}: {summary['requests']} requests, {summary['iterations']} "
           f"iterations ({', '.join(str(n) for n in per)} requests each), "
           f"peak live {summary['peak_live_bytes']} bytes, set-up "
-          f"{summary['setup_bytes']} bytes, {summary['events']} events, "
-          f"{seconds:.1f} s")
+          f"{summary['setup_bytes']} bytes{shards}, {summary['events']} "
+          f"events, {seconds:.1f} s")
 
 
 class _LoomMarkers:
