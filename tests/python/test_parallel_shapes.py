@@ -326,7 +326,8 @@ def test_record_cpu_reports_what_zero_sharded(tmp_path, capsys):
     found = json.loads(capsys.readouterr().out)
     assert found["sharded"] == {k: {"bytes": v[0], "shard_bytes": v[1]}
                                 for k, v in rec.sharded.items()}
-    # ZeRO-1 over 2 ranks: the optimizer's state, halved, nothing else.
+    # ZeRO-1 over 2 ranks: the optimizer phase's requests (summed over the
+    # steps: its state and its foreach temporaries), halved, nothing else.
     optimizer = found["sharded"]["optimizer"]
     assert optimizer["bytes"] >= 2 * params
     assert optimizer["shard_bytes"] == optimizer["bytes"] // 2
