@@ -213,6 +213,9 @@ uint64_t Allocator::VariantHeldBytes(uint64_t lo, uint64_t hi) const {
     if (k >= first && k < end) continue;
     if (region_->page(k) != kNoPage) pinned.push_back(region_->page(k));
   }
+  // A lent static page is both mapped in the arena and backing the region:
+  // counted once.
+  std::sort(pinned.begin(), pinned.end());
   const uint64_t pages = static_cast<uint64_t>(
       std::unique(pinned.begin(), pinned.end()) - pinned.begin());
   // The requests of dynamic modules are the arena's (the plan leaves them
