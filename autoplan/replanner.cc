@@ -71,12 +71,12 @@ void Replanner::Install(StatusOr<vmm::RuntimePlan> plan) {
   Status installed = plan.status();
   bool refused = false;
   if (plan.ok()) {
-    // A variant is installed only if it holds no more than the dynamic
-    // space held for the iteration it was made from.
-    installed =
-        allocator_.has_plan()
-            ? allocator_.AddPlanVariant(std::move(plan).value(), held_budget_)
-            : allocator_.LoadPlan(std::move(plan).value());
+    // A variant is installed only if it does not raise the most memory
+    // loom has held (its iteration, served dynamically, included).
+    installed = allocator_.has_plan()
+                    ? allocator_.AddPlanVariant(std::move(plan).value(),
+                                                /*never_raise_peak=*/true)
+                    : allocator_.LoadPlan(std::move(plan).value());
     refused = installed.code() == StatusCode::kOutOfMemory;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -143,7 +143,6 @@ void Replanner::BeforeIterationBegin() {
              !s.trace_truncated) {
     // The iteration ending now did not fit any plan: keep recording one
     // more iteration (its frees end the lifetimes that cross over).
-    held_budget_ = s.iteration_held_peak_bytes;
     SetState(State::kExtending);
     return;
   }

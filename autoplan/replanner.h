@@ -12,8 +12,8 @@
 // (plan::MakePlan: that iteration, from its begin marker to the next, no
 // persistent buffers); the result is installed at an iteration boundary
 // as a new variant next to the plans already there (unless its layout
-// would hold more than that iteration held served dynamically, and more
-// than loom ever held: then it is refused and the plans that did not fit
+// would hold more than loom ever held, that iteration served dynamically
+// included: then it is refused and the plans that did not fit
 // lose, vmm/allocator.h's AddPlanVariant), so
 // each shape gets its layout in the same static region and the allocator
 // picks the layout per iteration (vmm/allocator.h). Planning runs on a
@@ -58,7 +58,7 @@ struct ReplanStats {
   uint64_t duplicates = 0;  // plans a variant already had
   uint64_t failures = 0;    // attempts that gave no plan
   // Plans refused at installation: their layout would hold more memory
-  // than the iteration they were made from held (Allocator::AddPlanVariant).
+  // than loom ever held (Allocator::AddPlanVariant's never_raise_peak).
   uint64_t refused = 0;
   std::string last_error;  // why the last one failed
   std::string state;  // "waiting", "watching", "extending", "planning", "done"
@@ -87,9 +87,6 @@ class Replanner {
       const plan::Trace& trace, const plan::MakePlanOptions& options,
       uint64_t granularity);
   void Install(StatusOr<vmm::RuntimePlan> plan);
-  // The memory held during the iteration being planned (its variant's
-  // budget).
-  uint64_t held_budget_ = 0;
   void SetState(State state);
 
   vmm::Allocator& allocator_;

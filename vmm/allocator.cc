@@ -122,7 +122,6 @@ Allocator::~Allocator() {
 
 void Allocator::UpdateReserved() {
   uint64_t now = pool_.bytes();
-  iteration_held_peak_ = std::max(iteration_held_peak_, now);
   held_high_water_ = std::max(held_high_water_, now);
   if (now > stats_.reserved_bytes.current) {
     stats_.reserved_bytes.Increase(now - stats_.reserved_bytes.current);

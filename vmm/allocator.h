@@ -113,14 +113,11 @@ class Allocator {
   // goes). FAILED_PRECONDITION without an installed plan or with a region
   // too small; INVALID_ARGUMENT for an inconsistent plan; ALREADY_EXISTS
   // (nothing changes) when a variant has the same request sizes.
-  // `held_budget` (0: none): the physical memory the iteration the variant
-  // was made from held, served by the dynamic space. A variant whose layout
-  // would need more than that and than the most loom has held so far (the
-  // memory it cannot use: live arena mappings and the region's backed
-  // granules outside its range, plus its whole range) would raise loom's
-  // peak rather than lower it: OUT_OF_MEMORY, nothing changes (a re-plan
-  // never hurts).
-  Status AddPlanVariant(RuntimePlan plan, uint64_t held_budget = 0);
+  // `never_raise_peak` (the re-planner's): a variant whose layout would
+  // need more than the most loom has held so far (its own iteration, served
+  // dynamically, included; VariantHeldBytes) would raise loom's peak rather
+  // than lower it: OUT_OF_MEMORY, nothing changes (a re-plan never hurts).
+  Status AddPlanVariant(RuntimePlan plan, bool never_raise_peak = false);
   // Removes every plan and gives the static region's pages back to the
   // dynamic space (after waiting for the work that may still use them).
   // FAILED_PRECONDITION while a static allocation is live.
@@ -443,8 +440,7 @@ class Allocator {
   // of them met their entries.
   uint32_t trial_left_ = 0;
   uint32_t trial_hits_ = 0;
-  uint64_t iteration_held_peak_ = 0;  // stats' iteration_held_peak_bytes
-  uint64_t held_high_water_ = 0;      // the most physical memory ever held
+  uint64_t held_high_water_ = 0;  // the most physical memory ever held
   uint64_t iteration_misses_ = 0;
   AllocatorStats stats_;
   bool recording_ = false;

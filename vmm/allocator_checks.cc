@@ -22,7 +22,6 @@ AllocatorStats Allocator::stats() const {
   out.static_backed_bytes = region_ != nullptr ? region_->backed_bytes() : 0;
   out.arena_mapped_bytes = arena_->mapped_granules() * granularity_;
   out.arena_maps = arena_->maps();
-  out.iteration_held_peak_bytes = iteration_held_peak_;
   out.suspended_iterations = fit_.suspended_iterations();
   out.last_iteration_suspended = fit_.last_iteration_suspended();
   out.plan_verdict = PlanReferee::Name(referee_.verdict());

@@ -34,7 +34,6 @@ void Allocator::IterationBegin(uint64_t number) {
       fit_.last_iteration_suspended() && fit_.fitted_iterations() == 0) {
     trial_left_ = kTrialRequests;
   }
-  iteration_held_peak_ = pool_.bytes();
 }
 
 void Allocator::IterationEnd(uint64_t number) {

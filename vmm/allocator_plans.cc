@@ -98,7 +98,7 @@ Status Allocator::LoadPlan(RuntimePlan plan) {
   return OkStatus();
 }
 
-Status Allocator::AddPlanVariant(RuntimePlan plan, uint64_t held_budget) {
+Status Allocator::AddPlanVariant(RuntimePlan plan, bool never_raise_peak) {
   std::lock_guard<FutexMutex> lock(mu_);
   if (variants_.empty() || region_ == nullptr) {
     return FailedPreconditionError("no plan installed to add a variant to");
@@ -134,26 +134,25 @@ Status Allocator::AddPlanVariant(RuntimePlan plan, uint64_t held_budget) {
     if (window_ != nullptr) FindWindow();
     variants_.erase(oldest);
   }
-  if (held_budget > 0) {
+  if (never_raise_peak) {
     // Judged before anything changes (the idle arena mappings are not
-    // unmapped for a variant that is refused).
-    // Memory held now or before costs nothing more: only a variant that
-    // would raise the high-water mark hurts.
-    held_budget = std::max(held_budget, held_high_water_);
+    // unmapped for a variant that is refused). Memory held now or before
+    // costs nothing more: only a variant that would raise the high-water
+    // mark hurts.
     const uint64_t needs = VariantHeldBytes(floor, plan.region_bytes);
-    if (needs > held_budget) {
+    if (needs > held_high_water_) {
       ++stats_.plan_variants_refused;
       if (fit_.suspended()) {
         // The installed plans did not fit the iteration that just ended,
         // and planning it would hold more than serving it dynamically: the
         // plans lose (until a variant is installed).
-        referee_.Forfeit(needs, held_budget);
+        referee_.Forfeit(needs, held_high_water_);
         serving_ = nullptr;
       }
       return OutOfMemoryError(
           "the variant would hold {} bytes, more than the {} bytes held "
           "at most so far (its iteration served dynamically included)",
-          needs, held_budget);
+          needs, held_high_water_);
     }
   }
   LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());

@@ -55,7 +55,6 @@ std::string AllocatorStats::ToJson() const {
   w.Key("loom.last_iteration_suspended").Bool(last_iteration_suspended);
   w.Key("loom.suspended_requests").Uint(suspended_requests);
   w.Key("loom.variant_switches").Uint(variant_switches);
-  w.Key("loom.iteration_held_peak_bytes").Uint(iteration_held_peak_bytes);
   w.Key("loom.plan_variants_refused").Uint(plan_variants_refused);
   w.Key("loom.plan_verdict").String(plan_verdict);
   w.Key("loom.plan_losses").Uint(plan_losses);

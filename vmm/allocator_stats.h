@@ -72,11 +72,8 @@ struct AllocatorStats {
   bool last_iteration_suspended = false;
   uint64_t suspended_requests = 0;
   uint64_t variant_switches = 0;
-  // The most physical memory held during the current iteration (since its
-  // begin marker): what the dynamic space needed for a suspended one.
-  uint64_t iteration_held_peak_bytes = 0;
-  // Re-plans refused because their layout would hold more memory than the
-  // iteration they were made from held (AddPlanVariant's budget).
+  // Re-plans refused because their layout would raise the most memory
+  // loom has held (AddPlanVariant's never_raise_peak).
   uint64_t plan_variants_refused = 0;
   // The plan referee (plan_referee.h): its verdict ("none", "watching",
   // "confirmed", "lost"), how often a plan lost, the plan's cost and the

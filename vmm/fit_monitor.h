@@ -57,11 +57,11 @@ class FitMonitor {
     const uint64_t mask = seen == 64 ? ~uint64_t{0} : (uint64_t{1} << seen) - 1;
     const int hits = std::popcount(window_ & mask);
     if (hits >= kMinHitRate * seen || seen - hits < kMinMisses) return false;
-    suspended_ = true;
-    ++suspensions_;
+    SuspendNow();
     return true;
   }
-  // Suspends now (a trial of the iteration's first requests failed).
+  // Suspends now (also when a trial of the iteration's first requests
+  // failed).
   void SuspendNow() {
     if (suspended_) return;
     suspended_ = true;
