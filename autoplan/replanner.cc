@@ -82,8 +82,7 @@ void Replanner::Install(StatusOr<vmm::RuntimePlan> plan) {
   std::lock_guard<std::mutex> lock(mu_);
   if (installed.ok()) {
     ++stats_.replans;
-  } else if (refused) {
-    ++stats_.refused;
+  } else if (refused) {  // counted by the allocator (not a failure)
     stats_.last_error = installed.ToString();
   } else if (installed.code() == StatusCode::kAlreadyExists) {
     ++stats_.duplicates;  // a variant already covers that shape

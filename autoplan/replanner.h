@@ -57,9 +57,8 @@ struct ReplanStats {
   uint64_t replans = 0;     // plans installed
   uint64_t duplicates = 0;  // plans a variant already had
   uint64_t failures = 0;    // attempts that gave no plan
-  // Plans refused at installation: their layout would hold more memory
-  // than loom ever held (Allocator::AddPlanVariant's never_raise_peak).
-  uint64_t refused = 0;
+  // (Plans refused at installation, their layout holding more than loom
+  // ever held: the allocator's plan_variants_refused; not failures.)
   std::string last_error;  // why the last one failed
   std::string state;  // "waiting", "watching", "extending", "planning", "done"
 };

@@ -368,9 +368,8 @@ std::string Runtime::StatsJson(int device) {
   json += fmt::format(
       ",\"loom.replan_attempts\":{},\"loom.replans\":{},"
       "\"loom.replan_duplicates\":{},\"loom.replan_failures\":{},"
-      "\"loom.replans_refused\":{},"
       "\"loom.replan_state\":{},\"loom.replan_error\":{}}}",
-      r.attempts, r.replans, r.duplicates, r.failures, r.refused,
+      r.attempts, r.replans, r.duplicates, r.failures,
       JsonWriter::Quote(r.state), JsonWriter::Quote(r.last_error));
   // And the C ABI's sampled host time.
   json.pop_back();  // '}'

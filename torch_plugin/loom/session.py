@@ -181,7 +181,7 @@ class Session:
             log.info("loom: a plan variant for a new shape of iteration was "
                      "installed (%d variants)",
                      stats.get("loom.plan_variants", 0))
-        if grew("loom.replans_refused"):
+        if grew("loom.plan_variants_refused"):
             log.info("loom: a re-plan was not installed (%s); the iterations "
                      "it did not fit are served dynamically",
                      stats.get("loom.replan_error", "?"))
@@ -452,7 +452,7 @@ class Session:
                 "replan": bool(config.replan),
                 "replans": stats.get("loom.replans", 0),
                 # Re-plans not installed: they would have raised the peak.
-                "replans_refused": stats.get("loom.replans_refused", 0),
+                "replans_refused": stats.get("loom.plan_variants_refused", 0),
                 "replan_state": stats.get("loom.replan_state"),
                 "replan_error": stats.get("loom.replan_error") or None,
                 "torch_allocator": self.torch_allocator is not None,

@@ -303,7 +303,7 @@ std::vector<std::pair<std::string, uint64_t>> LoomSimAllocator::Counters()
     autoplan::ReplanStats r = replanner_->stats();
     out.emplace_back("replans", r.replans);
     out.emplace_back("replan_failures", r.failures);
-    out.emplace_back("replans_refused", r.refused);
+    out.emplace_back("replans_refused", s.plan_variants_refused);
   }
   if (options_.check_data) out.emplace_back("corrupted", corrupted_);
   if (steady_driver_calls_ >= 0) {
