@@ -111,7 +111,8 @@ StatusOr<MadePlan> Solve(Instance instance, std::vector<uint32_t> group,
   if (!file.ok()) return file.status().WithContext("dynamic windows");
   made.file = *std::move(file);
   if (requests.has_value()) {
-    made.file.extra.push_back(EncodeRequestTable(*requests));
+    for (PlanSection& section : EncodeRequestTable(*requests))
+      made.file.extra.push_back(std::move(section));
   }
   // The planner verified its plan already; this check is the report's. A
   // plan over the capacity is reported as not fitting, not as invalid.

@@ -72,20 +72,73 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
     int64_t end = 0;
   };
   std::map<std::string, WindowSpan> windows;
+  // Keyed by module and the phase its requests open in: a forward request
+  // of an MoE layer lives until its backward, a backward one briefly; one
+  // window for both would lend nothing. The module is the innermost one
+  // marked dynamic: the run time sees only their markers (a recorder's
+  // trace also names the modules inside).
+  auto window_name = [&](const Allocation& a) {
+    std::string name = a.alloc_dynamic_module >= 0
+                           ? workload.names[a.alloc_dynamic_module]
+                           : "dynamic";
+    if (a.alloc_phase >= 0) name += "@" + workload.phase_names[a.alloc_phase];
+    return name;
+  };
+  // A request that lives more than a period cannot repeat every iteration
+  // in one plan.
+  auto long_lived = [&](const Allocation& a) {
+    return period > 0 && (!a.freed() || a.free_time - a.alloc_time > period);
+  };
+  // Which windows' requests get slots, from the recorded iterations whose
+  // requests there line up with k's (as many that live less than a
+  // period): those whose sizes vary (an expert's follow its routing) by at
+  // most kVaryingSlack of the window's bytes get slots of the largest size
+  // seen at each position. Sizes that never vary: the dynamic space's best
+  // fit finds the same blocks every iteration (no fragmentation to take
+  // out); sizes that vary more: slots that large would hold more than the
+  // dynamic space. Both stay with the dynamic space (in the window's idle
+  // bytes), as with one recorded iteration (no evidence either way).
+  constexpr uint64_t kVaryingSlack = 8;  // 1/8
+  std::map<std::string, std::vector<uint64_t>> largest;
+  if (options.plan_dynamic) {
+    std::map<std::pair<int32_t, std::string>, std::vector<uint64_t>> made;
+    for (const Allocation& a : workload.allocations) {
+      if (!a.dynamic || long_lived(a)) continue;
+      if (problem.steady_iteration >= 0 && a.alloc_iteration < 0) continue;
+      const int32_t iteration =
+          problem.steady_iteration >= 0 ? a.alloc_iteration : 0;
+      made[{iteration, window_name(a)}].push_back(a.size);
+    }
+    const int32_t k = std::max(problem.steady_iteration, 0);
+    for (const auto& [key, mine] : made) {
+      if (key.first != k) continue;
+      std::vector<uint64_t> most = mine;
+      for (const auto& [other, theirs] : made) {
+        if (other.second != key.second || theirs.size() != mine.size())
+          continue;
+        for (size_t n = 0; n < most.size(); ++n)
+          most[n] = std::max(most[n], theirs[n]);
+      }
+      uint64_t own = 0, high = 0;
+      for (size_t n = 0; n < most.size(); ++n) {
+        own += mine[n];
+        high += most[n];
+      }
+      if (high > own && (high - own) * kVaryingSlack <= own)
+        largest[key.second] = std::move(most);
+    }
+  }
+  std::map<std::string, DynamicSequence> dynamic;
+  // Per window, the positions in its sequence of k's requests that live
+  // less than a period (what early iterations line up with).
+  std::map<std::string, std::vector<size_t>> repeating;
   // The steady iteration first: its buffers are what early requests map to.
   std::vector<size_t> steady_allocs;  // indices into workload.allocations
   for (size_t i = 0; i < workload.allocations.size(); ++i) {
     const Allocation& a = workload.allocations[i];
     if (a.dynamic) {
       if (a.alloc_time >= begin && a.alloc_time < end) {
-        // Keyed by module and the phase its requests open in: a forward
-        // request of an MoE layer lives until its backward, a backward one
-        // briefly; one window for both would lend nothing.
-        std::string name =
-            a.alloc_module >= 0 ? workload.names[a.alloc_module] : "dynamic";
-        if (a.alloc_phase >= 0) {
-          name += "@" + workload.phase_names[a.alloc_phase];
-        }
+        const std::string name = window_name(a);
         int64_t s = a.alloc_time - begin;
         int64_t e =
             a.freed() ? std::min(a.free_time - begin, s + period) : period;
@@ -94,6 +147,24 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
         if (!inserted) {
           it->second.start = std::min(it->second.start, s);
           it->second.end = std::max(it->second.end, e);
+        }
+        if (largest.count(name) != 0) {
+          DynamicSequence& seq = dynamic[name];
+          seq.window = name;
+          int64_t stop = a.freed() ? a.free_time - begin : period;
+          if (stop <= s) stop = s + 1;
+          RequestRef ref{a.size, -1, s, stop};
+          if (!long_lived(a) && stop - s <= period) {
+            std::vector<size_t>& positions = repeating[name];
+            const std::vector<uint64_t>& sizes = largest[name];
+            Allocation slot = a;
+            if (positions.size() < sizes.size())
+              slot.size = std::max(a.size, sizes[positions.size()]);
+            ref.size = slot.size;
+            ref.buffer = add_buffer(slot, s, stop);
+            positions.push_back(seq.requests.size());
+          }
+          seq.requests.push_back(ref);
         }
       }
       continue;
@@ -138,10 +209,59 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
   for (int32_t j = 0; j < problem.steady_iteration; ++j) {
     const Iteration& early = workload.iterations[j];
     std::vector<const Allocation*> allocs;
+    std::map<std::string, std::vector<const Allocation*>> dynamic_allocs;
     for (; i < workload.allocations.size(); ++i) {
       const Allocation& a = workload.allocations[i];
       if (a.alloc_time >= early.end || a.alloc_time >= begin) break;
-      if (!a.dynamic) allocs.push_back(&a);
+      if (!a.dynamic) {
+        allocs.push_back(&a);
+      } else if (options.plan_dynamic) {
+        const std::string name = window_name(a);
+        if (dynamic.count(name) != 0) dynamic_allocs[name].push_back(&a);
+      }
+    }
+    // Each window's requests: persistent ones (state made inside a module
+    // left open) planned as persistent buffers, the others lined up with
+    // k's by position when as many, else by size.
+    for (const auto& [name, window_allocs] : dynamic_allocs) {
+      DynamicSequence& seq = dynamic[name];
+      seq.window = name;
+      const std::vector<size_t>& positions = repeating[name];
+      std::vector<uint64_t> steady_window_sizes;
+      for (size_t p : positions)
+        steady_window_sizes.push_back(seq.requests[p].size);
+      std::vector<uint64_t> window_sizes;
+      std::vector<size_t> index(window_allocs.size(), SIZE_MAX);
+      for (size_t n = 0; n < window_allocs.size(); ++n) {
+        const Allocation& a = *window_allocs[n];
+        if (persistent(a) || long_lived(a)) continue;
+        index[n] = window_sizes.size();
+        window_sizes.push_back(a.size);
+      }
+      Alignment lined_up;
+      if (window_sizes.size() == steady_window_sizes.size()) {
+        for (size_t n = 0; n < window_sizes.size(); ++n)
+          lined_up.a_to_b.push_back(static_cast<int32_t>(n));
+      } else {
+        lined_up = AlignSequences(window_sizes, steady_window_sizes);
+      }
+      seq.early.resize(j + 1);
+      for (size_t n = 0; n < window_allocs.size(); ++n) {
+        const Allocation& a = *window_allocs[n];
+        RequestRef ref{a.size, -1, 0, 0};
+        if (persistent(a)) {
+          take_persistent(a, ref);
+        } else if (index[n] != SIZE_MAX && lined_up.a_to_b[index[n]] >= 0 &&
+                   a.size <= steady_window_sizes[lined_up.a_to_b[index[n]]]) {
+          // Its own size (matched exactly at run time) in its twin's slot.
+          ref = seq.requests[positions[lined_up.a_to_b[index[n]]]];
+          ref.size = a.size;
+        } else {
+          ref.start = std::max<int64_t>(a.alloc_time - early.begin, 0);
+          ref.end = std::max(ref.start + 1, a.free_time - early.begin);
+        }
+        seq.early[j].push_back(ref);
+      }
     }
     // Align only what dies within the run of iterations: a persistent
     // allocation (e.g. optimizer state made by the first step) must not take
@@ -192,6 +312,11 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
     // Windows longer than the period cover it all.
     int64_t stop = std::min(span.end, span.start + period);
     problem.windows.push_back(TimeWindow{span.start, stop, name});
+  }
+  for (auto& [name, seq] : dynamic) {
+    // Every early iteration has its sequence (empty: none made there).
+    seq.early.resize(problem.requests.prologue_iterations);
+    problem.requests.dynamic.push_back(std::move(seq));
   }
   return problem;
 }

@@ -17,10 +17,17 @@
 //    their counterpart in k, found by aligning the two iterations' request
 //    sizes (a diff), so the early iterations are served from the plan too;
 //    the rest are unplanned.
-//  - dynamic windows: per module that allocated inside a dynamic module in
-//    k and per phase its requests were made in (named "module@phase"), the
-//    time window [first alloc, last free) relative to B, for the dynamic
-//    reusable space.
+//  - dynamic windows: per module marked dynamic (the innermost one open)
+//    that allocated in k and per phase its requests were made in (named
+//    "module@phase"), the time window [first alloc, last free) relative to
+//    B, for the dynamic reusable space;
+//  - dynamic requests with a home (`plan_dynamic`): the n-th request of each
+//    window in k is a buffer too, its lifetime k's and its size the
+//    largest the n-th request of that window had in any recorded
+//    iteration (expert sizes follow the routing, which changes every
+//    step), so the run time serves a dynamic request at its window's n-th
+//    slot when it fits (RequestTable::dynamic), the dynamic space
+//    otherwise.
 // Buffer ids in the instance are their index. Request sizes are exact (the
 // runtime matches on them); the planner may round buffer sizes.
 #ifndef LOOM_PLAN_PLANNING_PROBLEM_H_
@@ -30,12 +37,12 @@
 #include <string>
 #include <vector>
 
-#include "plan/analysis/analysis.h"
 #include "base/status.h"
-#include "plan/solver/granules.h"
-#include "plan/solver/instance.h"
+#include "plan/analysis/analysis.h"
 #include "plan/analysis/workload.h"
 #include "plan/planfile/request_table.h"
+#include "plan/solver/granules.h"
+#include "plan/solver/instance.h"
 
 namespace loom::plan {
 
@@ -73,6 +80,9 @@ struct PlanningProblemOptions {
   // when they were already allocated elsewhere (auto mode switches to a plan
   // after recording, when those tensors already live in the dynamic space).
   bool include_persistent = true;
+  // Give the requests of dynamic modules planned slots (see above); false:
+  // they are left to the dynamic space (only their windows are planned).
+  bool plan_dynamic = true;
 };
 
 // Errors: INVALID_ARGUMENT when the workload has no allocation outside

@@ -98,6 +98,125 @@ TEST(PlanningProblemTest, DynamicModulesGiveWindowsNotRequests) {
   EXPECT_LT(p->windows[0].start, p->windows[0].end);
 }
 
+// A recorder's trace names every module; the run time sees only the markers
+// of modules marked dynamic, so a window is named after the innermost of
+// those, not after a plain submodule (an MoE block's router) inside it.
+TEST(PlanningProblemTest, WindowsAreNamedAfterTheInnermostDynamicModule) {
+  Trace t;
+  t.AddIterationBegin(0);
+  t.AddAlloc(1, 100);
+  t.AddModuleEnter("mlp", /*dynamic=*/true);
+  t.AddModuleEnter("mlp.gate", /*dynamic=*/false);
+  t.AddAlloc(2, 5000);
+  t.AddModuleExit("mlp.gate");
+  t.AddModuleEnter("mlp.experts", /*dynamic=*/true);
+  t.AddModuleEnter("mlp.experts.act_fn", /*dynamic=*/false);
+  t.AddAlloc(3, 7000);
+  t.AddModuleExit("mlp.experts.act_fn");
+  t.AddModuleExit("mlp.experts");
+  t.AddFree(2);
+  t.AddFree(3);
+  t.AddModuleExit("mlp");
+  t.AddFree(1);
+  t.AddIterationEnd(0);
+  Workload w = BuildWorkload(t);
+  ASSERT_EQ(w.allocations.size(), 3u);
+  EXPECT_EQ(w.allocations[0].alloc_dynamic_module, kNone);
+  EXPECT_EQ(w.names[w.allocations[1].alloc_dynamic_module], "mlp");
+  EXPECT_EQ(w.names[w.allocations[2].alloc_dynamic_module], "mlp.experts");
+  PlanningProblemOptions options;
+  options.scope = PlanScope::kIteration;
+  StatusOr<PlanningProblem> p =
+      BuildPlanningProblem(w, AnalyzeWorkload(w), options);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->windows.size(), 2u);
+  EXPECT_EQ(p->windows[0].name, "mlp.experts@forward");
+  EXPECT_EQ(p->windows[1].name, "mlp@forward");
+}
+
+// Four iterations of three dynamic windows: "same" always makes 1000 and
+// 2000 bytes; "vary" makes 1000 or 1060 then 2000 (3% of its bytes vary);
+// "wild" swaps 100 and 5000 (an expert's share of the routing). Iteration
+// 0 also makes state inside "vary" (never freed: a module left open).
+Trace DynamicWindows() {
+  Trace t;
+  uint64_t id = 1;
+  t.AddAlloc(id++, 4096);  // weights
+  for (uint64_t it = 0; it < 4; ++it) {
+    t.AddIterationBegin(it);
+    t.AddPhase("forward");
+    const uint64_t act = id++;
+    t.AddAlloc(act, 8192);
+    auto window = [&](const char* name, std::vector<uint64_t> sizes) {
+      t.AddModuleEnter(name, /*dynamic=*/true);
+      std::vector<uint64_t> ids;
+      for (uint64_t size : sizes) {
+        ids.push_back(id);
+        t.AddAlloc(id++, size);
+      }
+      for (uint64_t i : ids) t.AddFree(i);
+      t.AddModuleExit(name);
+    };
+    if (it == 0) {
+      t.AddModuleEnter("vary", true);
+      t.AddAlloc(1000000, 3000);  // state: never freed
+      t.AddModuleExit("vary");
+    }
+    window("same", {1000, 2000});
+    window("vary", {it == 1 ? 1060u : 1000u, 2000});
+    window("wild", {it % 2 == 0 ? 100u : 5000u, it % 2 == 0 ? 5000u : 100u});
+    t.AddFree(act);
+    t.AddIterationEnd(it);
+  }
+  return t;
+}
+
+TEST(PlanningProblemTest, DynamicRequestsWhoseSizesVaryALittleGetSlots) {
+  Trace trace = DynamicWindows();
+  ASSERT_TRUE(ValidateTrace(trace).ok());
+  Workload w = BuildWorkload(trace);
+  PlanningProblemOptions options;
+  options.scope = PlanScope::kIteration;
+  options.steady_iteration = 3;
+  StatusOr<PlanningProblem> p =
+      BuildPlanningProblem(w, AnalyzeWorkload(w), options);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const std::vector<DynamicSequence>& dynamic = p->requests.dynamic;
+  // "same" never varies (the dynamic space reuses its blocks exactly) and
+  // "wild" varies by far more than an eighth of its bytes: no slot.
+  ASSERT_EQ(dynamic.size(), 1u);
+  const DynamicSequence& vary = dynamic[0];
+  EXPECT_EQ(vary.window, "vary@forward");
+  // Sizes that varied a little: the largest recorded at each position.
+  ASSERT_EQ(vary.requests.size(), 2u);
+  EXPECT_EQ(vary.requests[0].size, 1060u);
+  ASSERT_GE(vary.requests[0].buffer, 0);
+  EXPECT_EQ(p->instance.buffers[vary.requests[0].buffer].size, 1060u);
+  EXPECT_EQ(vary.requests[1].size, 2000u);
+  // The early iterations: iteration 0's state is a persistent buffer, its
+  // other requests sit in the steady slots; iteration 1's 1060 bytes fit
+  // the slot (the largest) with their own size.
+  ASSERT_EQ(vary.early.size(), 3u);
+  ASSERT_EQ(vary.early[0].size(), 3u);
+  const RequestRef& state = vary.early[0][0];
+  ASSERT_GE(state.buffer, 0);
+  EXPECT_EQ(state.start, 0);
+  EXPECT_EQ(state.end, p->instance.period);
+  EXPECT_EQ(vary.early[0][1].buffer, vary.requests[0].buffer);
+  EXPECT_EQ(vary.early[0][1].size, 1000u);
+  EXPECT_EQ(vary.early[0][2].buffer, vary.requests[1].buffer);
+  EXPECT_EQ(vary.early[1][0].buffer, vary.requests[0].buffer);
+  EXPECT_EQ(vary.early[1][0].size, 1060u);
+  EXPECT_TRUE(ValidateInstance(p->instance).ok());
+  // Without plan_dynamic: windows only.
+  options.plan_dynamic = false;
+  StatusOr<PlanningProblem> bare =
+      BuildPlanningProblem(w, AnalyzeWorkload(w), options);
+  ASSERT_TRUE(bare.ok());
+  EXPECT_TRUE(bare->requests.dynamic.empty());
+  EXPECT_EQ(bare->windows.size(), 3u);
+}
+
 TEST(RequestTableTest, RoundTripAndBadPayloads) {
   PlanFile plan;
   plan.buffers = {{7, 0, 1024, 0, 5, 512}, {9, 1024, 512, 1, 3, 512}};
@@ -105,7 +224,8 @@ TEST(RequestTableTest, RoundTripAndBadPayloads) {
   table.prologue_iterations = 1;
   table.prologue = {{1000, 7, 0, 5}, {64, -1, 0, 0}};
   table.iteration = {{500, 9, 1, 3}};
-  plan.extra.push_back(EncodeRequestTable(table));
+  plan.extra = EncodeRequestTable(table);
+  ASSERT_EQ(plan.extra.size(), 1u);  // no dynamic sequences: no DREQ
   StatusOr<std::optional<RequestTable>> back = DecodeRequestTable(plan, "p");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   ASSERT_TRUE(back->has_value());
@@ -121,15 +241,64 @@ TEST(RequestTableTest, RoundTripAndBadPayloads) {
   }
   // A request larger than its buffer.
   table.iteration = {{600, 9, 1, 3}};
-  plan.extra[0] = EncodeRequestTable(table);
+  plan.extra = EncodeRequestTable(table);
   EXPECT_FALSE(DecodeRequestTable(plan, "p").ok());
   // A buffer id that does not exist.
   table.iteration = {{500, 42, 1, 3}};
-  plan.extra[0] = EncodeRequestTable(table);
+  plan.extra = EncodeRequestTable(table);
   EXPECT_FALSE(DecodeRequestTable(plan, "p").ok());
   // No section at all: nullopt.
   plan.extra.clear();
   EXPECT_FALSE(DecodeRequestTable(plan, "p")->has_value());
+}
+
+TEST(RequestTableTest, DynamicSequencesRoundTripAndBadPayloads) {
+  PlanFile plan;
+  plan.buffers = {{7, 0, 1024, 0, 5, 512}, {9, 1024, 4096, 1, 3, 512}};
+  RequestTable table;
+  table.iteration = {{1000, 7, 0, 5}};
+  table.prologue_iterations = 1;
+  table.dynamic = {
+      {"a@forward", {{4000, 9, 1, 3}, {77, -1, 2, 3}}, {{{10, 9, 1, 3}}}},
+      {"b@backward", {}, {}}};
+  plan.extra = EncodeRequestTable(table);
+  ASSERT_EQ(plan.extra.size(), 2u);
+  EXPECT_EQ(plan.extra[1].tag, kDynamicRequestsTag);
+  EXPECT_FALSE(plan.extra[1].required);  // older readers skip it
+  StatusOr<std::optional<RequestTable>> back = DecodeRequestTable(plan, "p");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ((*back)->dynamic.size(), 2u);
+  EXPECT_EQ((*back)->dynamic[0].window, "a@forward");
+  ASSERT_EQ((*back)->dynamic[0].requests.size(), 2u);
+  EXPECT_EQ((*back)->dynamic[0].requests[0].buffer, 1);  // id 9: index 1
+  EXPECT_EQ((*back)->dynamic[0].requests[0].size, 4000u);
+  EXPECT_EQ((*back)->dynamic[0].requests[1].buffer, -1);
+  EXPECT_TRUE((*back)->dynamic[1].requests.empty());
+  ASSERT_EQ((*back)->dynamic[0].early.size(), 1u);
+  EXPECT_EQ((*back)->dynamic[0].early[0][0].buffer, 1);
+  // More early iterations than the plan has.
+  RequestTable early = table;
+  early.dynamic[0].early.push_back({});
+  plan.extra = EncodeRequestTable(early);
+  EXPECT_FALSE(DecodeRequestTable(plan, "p").ok());
+  plan.extra = EncodeRequestTable(table);
+  // Every truncation is an error, never a crash.
+  const std::string payload = plan.extra[1].payload;
+  for (size_t n = 0; n < payload.size(); ++n) {
+    plan.extra[1].payload = payload.substr(0, n);
+    EXPECT_FALSE(DecodeRequestTable(plan, "p").ok()) << n;
+  }
+  // A slot larger than its buffer; windows out of order.
+  RequestTable bad = table;
+  bad.dynamic[0].requests[0].size = 5000;
+  plan.extra = EncodeRequestTable(bad);
+  EXPECT_FALSE(DecodeRequestTable(plan, "p").ok());
+  bad = table;
+  std::swap(bad.dynamic[0], bad.dynamic[1]);
+  plan.extra = EncodeRequestTable(bad);
+  StatusOr<std::optional<RequestTable>> order = DecodeRequestTable(plan, "p");
+  ASSERT_FALSE(order.ok());
+  EXPECT_NE(order.status().message().find("out of order"), std::string::npos);
 }
 
 }  // namespace

@@ -202,13 +202,32 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
   Where where = Where::kArena;
   bool learned = false;
   DynamicBirth birth;
+  bool in_module = false;
   if (!dynamic_modules_.empty()) {
     ++stats_.dynamic_requests;
-    // Expected to live as its counterpart did last iteration, else until
-    // its window ends.
-    const int64_t until = DynamicUntil(&birth);
-    learned = birth.window != nullptr;
-    ptr = ServeUnforeseen(size, stream, until, {}, &where);
+    // At its window's planned slot if it fits there (one that grew past it
+    // only if the bytes after it are idle in the plan while the slot
+    // lives, as a planned request).
+    const PlannedRequest* slot = DynamicSlot();
+    std::optional<DevicePtr> planned;
+    if (slot != nullptr && (size <= RoundUp(slot->size, kArenaAlignment) ||
+                            GrowthFits(*slot, size))) {
+      planned = TryStatic(*slot, size, stream);
+    }
+    if (planned.has_value()) {
+      ++stats_.dynamic_hits;
+      ptr = *planned;
+      where = Where::kStatic;
+    } else {
+      in_module = true;
+      // Expected to live as its counterpart did last iteration, else until
+      // its window ends; its slot's pages (if any) first.
+      const int64_t until = DynamicUntil(&birth);
+      learned = birth.window != nullptr;
+      ptr = ServeUnforeseen(
+          size, stream, until,
+          slot != nullptr ? PagesOf(*slot) : std::vector<PageId>{}, &where);
+    }
   } else if (serving_ != nullptr && trial_left_ > 0) [[unlikely]] {
     // A trial (IterationBegin): the matcher follows, the arena serves; the
     // plan serves the rest only if kTrialHits of them met their entries.
@@ -293,7 +312,6 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     referee_.OnFree(shadow, size);
     return ptr.status();
   }
-  const bool in_module = !dynamic_modules_.empty();
   live_.Insert(*ptr, Allocation{size, stream, where, false, learned, in_module,
                                 request_id, shadow});
   if (in_module) {

@@ -209,16 +209,19 @@ class Allocator {
     uint64_t size = 0;
     Stream stream = 0;
     Where where = Where::kArena;
-    bool in_pool = false;    // a graph pool's: see pool_allocations_
-    bool learned = false;    // a dynamic request: see dynamic_births_
-    bool in_module = false;  // made inside a module marked dynamic
+    bool in_pool = false;  // a graph pool's: see pool_allocations_
+    bool learned = false;  // a dynamic request: see dynamic_births_
+    // Made inside a module marked dynamic and served outside its planned
+    // slot (the dynamic space's by design: module_live_).
+    bool in_module = false;
     uint64_t request_id = 0;
     // Its place in the referee's shadow (plan_referee.h), or kNoShadow.
     uint64_t shadow = PlanReferee::kNoShadow;
   };
   // A dynamic module's request, for learning how long such requests live:
-  // the k-th request of a window occurrence tends to live as long as the
-  // k-th did in the previous iteration (an expert's buffers come in order).
+  // the k-th request of a window in an iteration tends to live as long as
+  // the k-th did in the previous iteration (an expert's buffers come in
+  // order).
   struct DynamicBirth {
     const DynamicWindow* window = nullptr;
     uint32_t ordinal = 0;
@@ -277,7 +280,7 @@ class Allocator {
   // hold at its peak: its range whole, plus every page held now that it
   // cannot use (mapped in the arena with live users, or backing a region
   // granule outside the range), and the live peak of the dynamic modules'
-  // requests (the arena's by design).
+  // requests served outside their slots (the arena's by design).
   uint64_t VariantHeldBytes(uint64_t lo, uint64_t hi) const;
   // Moves every planned offset of `plan` up by `by` bytes (its region too).
   void ShiftPlan(RuntimePlan& plan, uint64_t by) const;
@@ -344,8 +347,14 @@ class Allocator {
   int64_t ExtraUntil() const;
   // The expected end of the next request of the current dynamic window
   // (what the same request lived last iteration, else the window's end),
-  // and its birth record.
+  // and its birth record. REQUIRES: DynamicSlot() counted the request.
   int64_t DynamicUntil(DynamicBirth* birth);
+  // Counts a request of the current dynamic window and returns its planned
+  // slot if the plan serves it there (null otherwise): while the plan is
+  // in force (not in the set-up, a trial or a suspension), the slot at its
+  // position in the window this iteration (the steady sequence, or in an
+  // early iteration that iteration's own).
+  const PlannedRequest* DynamicSlot();
   // Learns from the free of a dynamic request born as `birth`.
   void LearnDynamicLifetime(const DynamicBirth& birth);
   // The pages of the static granules `entry`'s planned range covers whole.
@@ -422,17 +431,20 @@ class Allocator {
   size_t open_pools_ = 0;
   // Sets window_ for the innermost open dynamic module and the phase.
   void FindWindow();
-  std::string phase_;            // the current phase
-  uint32_t window_ordinal_ = 0;  // requests in the current window occurrence
+  std::string phase_;  // the current phase
+  // Requests of each dynamic window this iteration, and the position of the
+  // latest one in its window (DynamicSlot).
+  std::unordered_map<const DynamicWindow*, uint32_t> window_requests_;
+  uint32_t window_ordinal_ = 0;
   FlatMap<DynamicBirth> dynamic_births_;  // by address
   // Per window, the lifetime (iteration time) of its k-th request.
   std::unordered_map<const DynamicWindow*, std::vector<int64_t>> lifetimes_;
   std::vector<std::string> dynamic_modules_;  // open dynamic modules
   const DynamicWindow* window_ = nullptr;     // of the innermost one
   uint64_t next_request_id_ = 1;
-  // Live bytes of requests made inside modules marked dynamic, and their
-  // peak: what the plan leaves to the dynamic space by design (the
-  // referee's expectation, plan_referee.h).
+  // Live bytes of requests made inside modules marked dynamic and served
+  // outside their slots, and their peak: what the plan leaves to the
+  // dynamic space by design (the referee's expectation, plan_referee.h).
   uint64_t module_live_ = 0;
   uint64_t module_live_peak_ = 0;
   uint64_t iteration_hits_ = 0;

@@ -25,6 +25,7 @@ void Allocator::IterationBegin(uint64_t number) {
   if (active_ != nullptr) active_->last_used = stats_.iterations;
   iteration_hits_ = 0;
   iteration_misses_ = 0;
+  window_requests_.clear();
   trial_hits_ = 0;
   trial_left_ = 0;
   // A plan that has not fitted one iteration yet, after one it did not fit
@@ -68,7 +69,6 @@ void Allocator::ModuleExit(std::string_view name) {
 
 void Allocator::FindWindow() {
   window_ = nullptr;
-  window_ordinal_ = 0;
   if (active_ == nullptr || dynamic_modules_.empty()) return;
   // The window of the innermost dynamic module in the current phase (where
   // its requests open: a forward request lives until the backward, a
@@ -88,7 +88,7 @@ void Allocator::FindWindow() {
 int64_t Allocator::DynamicUntil(DynamicBirth* birth) {
   if (window_ == nullptr || active_ == nullptr) return ExtraUntil();
   birth->window = window_;
-  birth->ordinal = window_ordinal_++;
+  birth->ordinal = window_ordinal_;
   birth->time = active_->matcher.now();
   birth->iteration = stats_.iterations;
   auto it = lifetimes_.find(window_);
@@ -97,6 +97,26 @@ int64_t Allocator::DynamicUntil(DynamicBirth* birth) {
     return birth->time + it->second[birth->ordinal];
   }
   return window_->end;
+}
+
+const PlannedRequest* Allocator::DynamicSlot() {
+  if (window_ == nullptr) return nullptr;
+  window_ordinal_ = window_requests_[window_]++;
+  if (serving_ == nullptr || trial_left_ > 0) return nullptr;
+  // The steady slots, or in an early iteration its own sequence (none in
+  // the set-up).
+  const std::vector<PlannedRequest>* slots = &window_->requests;
+  if (serving_->matcher.in_prologue()) {
+    const int64_t j = serving_->matcher.prologue_iteration();
+    if (j < 0 || static_cast<size_t>(j) >= window_->early.size())
+      return nullptr;
+    slots = &window_->early[j];
+  }
+  // The slot at the request's position in its window this iteration.
+  const size_t n = window_ordinal_;
+  if (n >= slots->size()) return nullptr;
+  const PlannedRequest* slot = &(*slots)[n];
+  return slot->offset == kUnplanned ? nullptr : slot;
 }
 
 void Allocator::LearnDynamicLifetime(const DynamicBirth& birth) {

@@ -57,6 +57,9 @@ Status Allocator::CheckPlan(const RuntimePlan& plan,
   if (plan.period < 0) return InvalidArgumentError("negative plan period");
   const uint64_t granules = plan.region_bytes / granularity_;
   for (const DynamicWindow& w : plan.windows) {
+    LOOM_RETURN_IF_ERROR(check(w.requests, "dynamic window"));
+    for (const std::vector<PlannedRequest>& early : w.early)
+      LOOM_RETURN_IF_ERROR(check(early, "dynamic window (early iteration)"));
     for (uint32_t k : w.idle_granules) {
       if (k >= granules) {
         return InvalidArgumentError(
@@ -170,12 +173,19 @@ Status Allocator::AddPlanVariant(RuntimePlan plan, bool never_raise_peak) {
 uint64_t Allocator::PersistentFloor() const {
   std::vector<std::pair<uint64_t, uint64_t>> persistent;  // [offset, end)
   for (const std::unique_ptr<Variant>& v : variants_) {
-    for (const PlannedRequest& r : v->plan.prologue) {
-      if (r.offset != kUnplanned && v->plan.period > 0 &&
-          r.end - r.start >= v->plan.period) {
-        const uint64_t at = static_cast<uint64_t>(r.offset);
-        persistent.emplace_back(at, at + r.size);
+    auto add = [&](const std::vector<PlannedRequest>& seq) {
+      for (const PlannedRequest& r : seq) {
+        if (r.offset != kUnplanned && v->plan.period > 0 &&
+            r.end - r.start >= v->plan.period) {
+          const uint64_t at = static_cast<uint64_t>(r.offset);
+          persistent.emplace_back(at, at + r.size);
+        }
       }
+    };
+    add(v->plan.prologue);
+    // State made inside a module left open (early iterations' windows).
+    for (const DynamicWindow& w : v->plan.windows) {
+      for (const std::vector<PlannedRequest>& early : w.early) add(early);
     }
   }
   uint64_t floor = 0;
@@ -217,8 +227,8 @@ uint64_t Allocator::VariantHeldBytes(uint64_t lo, uint64_t hi) const {
   std::sort(pinned.begin(), pinned.end());
   const uint64_t pages = static_cast<uint64_t>(
       std::unique(pinned.begin(), pinned.end()) - pinned.begin());
-  // The requests of dynamic modules are the arena's (the plan leaves them
-  // to it): their live peak comes on top.
+  // The requests of dynamic modules outside their slots are the arena's
+  // (the plan leaves them to it): their live peak comes on top.
   return pages * granularity_ + (uint64_t{end} - first) * granularity_ +
          RoundUp(module_live_peak_, granularity_);
 }
@@ -232,6 +242,13 @@ void Allocator::ShiftPlan(RuntimePlan& plan, uint64_t by) const {
   const uint32_t granules = static_cast<uint32_t>(by / granularity_);
   for (DynamicWindow& w : plan.windows) {
     for (uint32_t& k : w.idle_granules) k += granules;
+    auto shift = [&](std::vector<PlannedRequest>& seq) {
+      for (PlannedRequest& r : seq) {
+        if (r.offset != kUnplanned) r.offset += static_cast<int64_t>(by);
+      }
+    };
+    shift(w.requests);
+    for (std::vector<PlannedRequest>& early : w.early) shift(early);
   }
   plan.region_bytes += by;
 }
@@ -300,7 +317,8 @@ void Allocator::JudgePlan(uint64_t held_bytes) {
       region_ != nullptr ? region_->backed_unused_bytes() : 0;
   // While the plan fits (serving, not suspended), the dynamic space would
   // need what the plan foresees too: its region, and the live peak of the
-  // requests made in dynamic modules (which the plan leaves to the arena).
+  // requests made in dynamic modules outside their slots (which the plan
+  // leaves to the arena).
   const uint64_t expected =
       serving_ != nullptr ? serving_->plan.region_bytes + module_live_peak_ : 0;
   if (!referee_.Judge(held_bytes - std::min(ahead, held_bytes), expected))

@@ -45,6 +45,7 @@ std::string AllocatorStats::ToJson() const {
   w.Key("loom.plan_misses").Uint(plan_misses);
   w.Key("loom.unplanned").Uint(unplanned);
   w.Key("loom.dynamic_requests").Uint(dynamic_requests);
+  w.Key("loom.dynamic_hits").Uint(dynamic_hits);
   w.Key("loom.idle_static_placements").Uint(idle_static_placements);
   w.Key("loom.iterations").Uint(iterations);
   w.Key("loom.last_iteration_hit_rate").Double(last_iteration_hit_rate);

@@ -57,6 +57,8 @@ struct AllocatorStats {
   uint64_t plan_misses = 0;       // planned requests served elsewhere
   uint64_t unplanned = 0;         // requests the plan does not place
   uint64_t dynamic_requests = 0;  // requests inside dynamic modules
+  // Dynamic requests served at their window's planned slot.
+  uint64_t dynamic_hits = 0;
   // Requests the plan did not place served from static bytes the plan
   // leaves idle while they live (plan_schedule.h).
   uint64_t idle_static_placements = 0;

@@ -14,10 +14,10 @@
 //
 // Drift: when no entry of the request's exact size is in reach, the entry
 // right under the cursor is taken if its size is close (within an eighth
-// of it, at most 64 KiB away): a request that grew or shrank a little in the same place of
-// the iteration (a resized activation) is that entry's request, so it gets
-// the entry's planned lifetime and pages instead of being an extra one.
-// Only the cursor's own entry qualifies: a close-sized extra request
+// of it, at most 64 KiB away): a request that grew or shrank a little in the
+// same place of the iteration (a resized activation) is that entry's request,
+// so it gets the entry's planned lifetime and pages instead of being an extra
+// one. Only the cursor's own entry qualifies: a close-sized extra request
 // elsewhere cannot take a slot it does not stand at. Not thread-safe: the
 // allocator serialises access.
 #ifndef LOOM_VMM_MATCHER_H_
@@ -50,7 +50,7 @@ class Matcher {
     const PlannedRequest* entry = nullptr;  // nullptr: no entry (a miss)
     bool prologue = false;                  // the entry is the prologue's
     bool near = false;  // matched by a close size, not the exact one
-    int64_t time = 0;                       // iteration time of the cursor
+    int64_t time = 0;   // iteration time of the cursor
   };
   // Finds the entry for a request of `size` bytes and advances past it.
   Match Next(uint64_t size);
@@ -69,6 +69,9 @@ class Matcher {
   // In the set-up, before any iteration: nothing of the iteration's
   // schedule has begun.
   bool in_setup() const { return in_prologue_ && iterations_seen_ == 0; }
+  // In the prologue: the early iteration being matched (0-based; -1 in the
+  // set-up).
+  int64_t prologue_iteration() const { return iterations_seen_ - 1; }
 
  private:
   const std::vector<PlannedRequest>& sequence() const {

@@ -1,5 +1,8 @@
 #include "vmm/plan_loader.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "plan/planfile/request_table.h"
 
 namespace loom::vmm {
@@ -56,6 +59,28 @@ StatusOr<RuntimePlan> ToRuntimePlan(const plan::PlanFile& file,
       }
     }
     plan.windows.push_back(std::move(window));
+  }
+  // The windows' request slots (DREQ), by name; a window the plan's DYNS
+  // does not list (none was computed) spans its requests.
+  for (const plan::DynamicSequence& seq : table->dynamic) {
+    auto it = std::find_if(
+        plan.windows.begin(), plan.windows.end(),
+        [&](const DynamicWindow& w) { return w.module == seq.window; });
+    if (it == plan.windows.end()) {
+      DynamicWindow window;
+      window.module = seq.window;
+      window.start = INT64_MAX;
+      for (const plan::RequestRef& r : seq.requests) {
+        window.start = std::min(window.start, r.start);
+        window.end = std::max(window.end, r.end);
+      }
+      if (seq.requests.empty()) window.start = 0;
+      plan.windows.push_back(std::move(window));
+      it = std::prev(plan.windows.end());
+    }
+    convert(seq.requests, it->requests);
+    for (const std::vector<plan::RequestRef>& early : seq.early)
+      convert(early, it->early.emplace_back());
   }
   return plan;
 }

@@ -148,7 +148,7 @@ plan::PlanFile HandMade(const plan::RequestTable& table = HandMadeTable()) {
   space.ranges = {{1000, 9000}};
   space.granules = {{4096, 8192}};
   file.dynamic_spaces = {space};
-  file.extra = {plan::EncodeRequestTable(table)};
+  file.extra = plan::EncodeRequestTable(table);
   return file;
 }
 
@@ -215,7 +215,7 @@ TEST(PlanLoaderTest, AnEmptyRegionStillHasOneGranule) {
   plan::RequestTable table;
   table.iteration = {{512, -1, 0, 1}};
   plan::PlanFile file;
-  file.extra = {plan::EncodeRequestTable(table)};
+  file.extra = plan::EncodeRequestTable(table);
   StatusOr<RuntimePlan> plan = ToRuntimePlan(file, "empty.lplan", 4096);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->region_bytes, 4096u);

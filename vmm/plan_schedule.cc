@@ -24,21 +24,35 @@ PlanSchedule::PlanSchedule(const RuntimePlan& plan, uint64_t granularity)
       visit(granules_[k]);
     }
   };
-  // Persistent: prologue entries planned for the whole period.
-  for (const PlannedRequest& r : plan.prologue) {
-    if (plan.period > 0 && r.end - r.start >= plan.period) {
-      touch(r, [](GranuleUse& use) { use.persistent = true; });
+  // Once: the prologue, and the early iterations' requests of the dynamic
+  // windows (at their slots, or persistent).
+  std::vector<const std::vector<PlannedRequest>*> once{&plan.prologue};
+  for (const DynamicWindow& w : plan.windows) {
+    for (const std::vector<PlannedRequest>& early : w.early)
+      once.push_back(&early);
+  }
+  // Persistent: entries planned for the whole period.
+  for (const std::vector<PlannedRequest>* seq : once) {
+    for (const PlannedRequest& r : *seq) {
+      if (plan.period > 0 && r.end - r.start >= plan.period) {
+        touch(r, [](GranuleUse& use) { use.persistent = true; });
+      }
     }
   }
-  for (const PlannedRequest& r : plan.iteration) {
-    const int64_t start = plan.period > 0 ? r.start % plan.period : r.start;
-    touch(r, [&](GranuleUse& use) { use.planned_starts.push_back(start); });
+  // Every iteration: the sequence and the dynamic windows' slots.
+  std::vector<const std::vector<PlannedRequest>*> repeated{&plan.iteration};
+  for (const DynamicWindow& w : plan.windows) repeated.push_back(&w.requests);
+  for (const std::vector<PlannedRequest>* seq : repeated) {
+    for (const PlannedRequest& r : *seq) {
+      const int64_t start = plan.period > 0 ? r.start % plan.period : r.start;
+      touch(r, [&](GranuleUse& use) { use.planned_starts.push_back(start); });
+    }
   }
   for (GranuleUse& use : granules_) {
     std::sort(use.planned_starts.begin(), use.planned_starts.end());
   }
-  for (const std::vector<PlannedRequest>* seq :
-       {&plan.prologue, &plan.iteration}) {
+  repeated.insert(repeated.end(), once.begin(), once.end());
+  for (const std::vector<PlannedRequest>* seq : repeated) {
     for (const PlannedRequest& r : *seq) {
       if (r.offset == kUnplanned) continue;
       const uint64_t offset = static_cast<uint64_t>(r.offset);
@@ -51,13 +65,13 @@ PlanSchedule::PlanSchedule(const RuntimePlan& plan, uint64_t granularity)
               return std::tie(a.offset, a.end, a.start, a.stop) <
                      std::tie(b.offset, b.end, b.start, b.stop);
             });
-  occupants_.erase(
-      std::unique(occupants_.begin(), occupants_.end(),
-                  [](const Occupant& a, const Occupant& b) {
-                    return a.offset == b.offset && a.end == b.end &&
-                           a.start == b.start && a.stop == b.stop;
-                  }),
-      occupants_.end());
+  occupants_.erase(std::unique(occupants_.begin(), occupants_.end(),
+                               [](const Occupant& a, const Occupant& b) {
+                                 return a.offset == b.offset &&
+                                        a.end == b.end && a.start == b.start &&
+                                        a.stop == b.stop;
+                               }),
+                   occupants_.end());
 }
 
 int64_t PlanSchedule::TimeToNextUse(uint32_t granule, int64_t now,

@@ -3,8 +3,9 @@
 // modules) can be placed in bytes the plan leaves idle for as long as they
 // are expected to live, without a page or a driver call.
 //
-// Built once from a RuntimePlan: every planned request (prologue and
-// iteration, duplicates merged) is an occupant holding bytes
+// Built once from a RuntimePlan: every planned request (prologue,
+// iteration and the dynamic windows' slots, duplicates merged) is an
+// occupant holding bytes
 // [offset, offset + size rounded to 512) during iteration time
 // [start, end), cyclic with the plan's period (persistent buffers hold
 // their bytes the whole period). IdleRanges answers: which offsets could

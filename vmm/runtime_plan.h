@@ -1,15 +1,19 @@
 // RuntimePlan: what the run-time allocator needs from an offline plan.
 //
-// A plan file (plan/planfile/plan_file.h) is converted into this plain structure
-// (vmm/plan_loader.h); the allocator never parses files. The plan describes
-// the request sequences as they were recorded:
+// A plan file (plan/planfile/plan_file.h) is converted into this plain
+// structure (vmm/plan_loader.h); the allocator never parses files. The plan
+// describes the request sequences as they were recorded:
 //  - `prologue`: every request before the steady state, in order: the
 //    set-up and the early iterations; those that stay live into the steady
 //    state (weights, optimizer state) carry a persistent offset, those of
 //    early iterations the offset of their steady-state counterpart;
 //  - `iteration`: the requests of one steady-state iteration, in order,
 //    replayed every iteration (requests made inside dynamic modules are not
-//    part of the sequence: they always go to the dynamic space).
+//    part of the sequence);
+//  - per dynamic window, the n-th request of the window in an iteration:
+//    a slot of the largest size the recorded iterations made there (MoE
+//    experts' sizes follow the routing); a dynamic request is served at its
+//    slot when it fits, by the dynamic space otherwise.
 // Offsets are byte offsets in the static region of `region_bytes`. Time is the
 // plan's event index within the iteration, in [0, period); `start`/`end` are
 // the planned lifetime (end may exceed period for requests that cross the
@@ -34,12 +38,20 @@ struct PlannedRequest {
                          const PlannedRequest&) = default;
 };
 
-// Granules of the static region idle during a dynamic module's window.
+// A dynamic module's window ("module@phase"): the granules of the static
+// region idle during it, and the slots of its requests.
 struct DynamicWindow {
   std::string module;  // module name as marked at run time
   int64_t start = 0;   // iteration time of the window
   int64_t end = 0;
   std::vector<uint32_t> idle_granules;  // static-region granule indices
+  // The n-th request of the window in an iteration: its slot (size: the
+  // largest recorded there; offset kUnplanned if it has none).
+  std::vector<PlannedRequest> requests;
+  // Per early iteration (the prologue's, 0-based), its requests in the
+  // window: at the slots of the steady ones they line up with, persistent
+  // ranges (state made inside a module left open), or kUnplanned.
+  std::vector<std::vector<PlannedRequest>> early;
 };
 
 struct RuntimePlan {

@@ -25,6 +25,13 @@ class WorkloadBuilder {
     return modules_.empty() ? kNone
                             : static_cast<int32_t>(modules_.back().first);
   }
+  int32_t InnermostDynamicModule() const {
+    if (dynamic_open_ == 0) return kNone;
+    for (auto it = modules_.rbegin(); it != modules_.rend(); ++it) {
+      if (it->second) return static_cast<int32_t>(it->first);
+    }
+    return kNone;
+  }
   void DetectIterations();
   void InferPhases();
 
@@ -57,6 +64,7 @@ void WorkloadBuilder::Add(const Event& e,
       a.alloc_phase = phase_;
       a.alloc_module = InnermostModule();
       a.dynamic = dynamic_open_ > 0;
+      a.alloc_dynamic_module = InnermostDynamicModule();
       live_[e.id] = w_.allocations.size();
       w_.allocations.push_back(a);
       tokens_.push_back(AllocationToken(true, e.size));

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "plan/solver/instance.h"
 #include "plan/analysis/periodicity.h"
+#include "plan/solver/instance.h"
 #include "plan/trace/trace.h"
 #include "plan/trace/trace_io.h"
 
@@ -54,6 +54,10 @@ struct Allocation {
   int32_t free_phase = kNone;
   int32_t alloc_module = kNone;  // index into Workload::names: innermost
   int32_t free_module = kNone;   // module open at that time
+  // The innermost module marked dynamic open at allocation (kNone if none):
+  // the module whose window the request belongs to, as the run time names
+  // it (it sees only the markers of modules marked dynamic).
+  int32_t alloc_dynamic_module = kNone;
   bool dynamic = false;  // a module marked dynamic was open at allocation
 
   bool freed() const { return free_time != kNever; }

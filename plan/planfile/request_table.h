@@ -8,6 +8,14 @@
 // EncodeRequestTable takes buffer ids in RequestRef::buffer (the planning
 // problem's buffer ids); DecodeRequestTable returns indices into
 // PlanFile::buffers.
+// Requests made inside modules marked dynamic (MoE experts) have their own
+// sequences, one per dynamic window ("module@phase"): the k-th request of
+// the window in an iteration, its size the largest the recorded iterations
+// made at that position (section DREQ, optional: a reader without it serves
+// every dynamic request from the dynamic space). Payload: window count,
+// then per window its name (length, bytes), entry count and entries as in
+// REQS, then the count of early iterations (at most prologue_iterations)
+// and per early iteration its entry count and entries.
 // A plan made from a trace carries it; one made from a CSV instance does
 // not (the runtime refuses such a plan with a clear message). The decoder
 // checks every value against the plan (buffer indices, sizes no larger than
@@ -17,6 +25,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -33,20 +42,38 @@ struct RequestRef {
   friend bool operator==(const RequestRef&, const RequestRef&) = default;
 };
 
-// The sequences the runtime matcher replays (plan file section REQS).
+// The requests of one dynamic window in an iteration, in order.
+struct DynamicSequence {
+  std::string window;  // "module@phase", as the plan's DYNS windows
+  std::vector<RequestRef> requests;
+  // Per early iteration (the prologue's, 0-based), its requests in the
+  // window: at the slot of the steady request they line up with (by
+  // position when as many, else by size), persistent buffers (optimizer
+  // state made inside a module left open), or unplanned.
+  std::vector<std::vector<RequestRef>> early;
+  friend bool operator==(const DynamicSequence&,
+                         const DynamicSequence&) = default;
+};
+
+// The sequences the runtime matcher replays (plan file sections REQS and
+// DREQ).
 struct RequestTable {
   int64_t prologue_iterations = 0;  // early iterations before the steady one
   std::vector<RequestRef> prologue;
   std::vector<RequestRef> iteration;
+  std::vector<DynamicSequence> dynamic;  // by window name, sorted
   friend bool operator==(const RequestTable&, const RequestTable&) = default;
 };
 
 inline constexpr uint32_t kRequestTableTag = PlanTag("REQS");
+inline constexpr uint32_t kDynamicRequestsTag = PlanTag("DREQ");
 
-PlanSection EncodeRequestTable(const RequestTable& table);
+// The REQS section, and the DREQ section (only when `table.dynamic` is not
+// empty).
+std::vector<PlanSection> EncodeRequestTable(const RequestTable& table);
 
-// The REQS section of `plan` decoded and checked, or nullopt if the plan has
-// none. `source` names the file in errors.
+// The REQS section of `plan` (with DREQ, if present) decoded and checked,
+// or nullopt if the plan has none. `source` names the file in errors.
 StatusOr<std::optional<RequestTable>> DecodeRequestTable(
     const PlanFile& plan, std::string_view source);
 

@@ -284,6 +284,7 @@ std::vector<std::pair<std::string, uint64_t>> LoomSimAllocator::Counters()
       {"plan_misses", s.plan_misses},
       {"unplanned", s.unplanned},
       {"dynamic_requests", s.dynamic_requests},
+      {"dynamic_hits", s.dynamic_hits},
       {"idle_static_placements", s.idle_static_placements},
       {"arena_maps", s.arena_maps},
       {"static_region_bytes", s.static_region_bytes},

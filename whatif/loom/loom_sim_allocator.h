@@ -12,6 +12,7 @@
 // counted as corrupted.
 //
 // Counters(): plan_hits, plan_misses, unplanned, dynamic_requests,
+// dynamic_hits,
 // arena_maps, corrupted, iterations, and steady_driver_calls (driver calls
 // during the last complete iteration, from its iteration-begin marker to its
 // iteration-end marker, re-planning at the boundary included: 0 for a
