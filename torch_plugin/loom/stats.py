@@ -101,7 +101,6 @@ _LOOM_ROWS = (
     ("loom.plan_misses", "Plan misses"),
     ("loom.unplanned", "Unplanned requests"),
     ("loom.dynamic_requests", "Dynamic requests"),
-    ("loom.dynamic_hits", "Dynamic requests at their planned slot"),
     ("loom.iterations", "Iterations marked"),
     ("num_alloc_retries", "Allocation retries"),
     ("num_ooms", "Out-of-memory errors"),
