@@ -165,6 +165,8 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
             positions.push_back(seq.requests.size());
           }
           seq.requests.push_back(ref);
+          seq.occurrence.push_back(
+              static_cast<uint32_t>(std::max(a.dynamic_occurrence, 0)));
         }
       }
       continue;
@@ -221,46 +223,51 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
       }
     }
     // Each window's requests: persistent ones (state made inside a module
-    // left open) planned as persistent buffers, the others lined up with
-    // k's by position when as many, else by size.
+    // left open) planned as persistent buffers; the others, call by call
+    // of the window's module, at the slot of k's request at the same
+    // position of the same call when the call made as many as k's (an
+    // expert without tokens makes fewer: a call that does not line up
+    // takes no slot, whose lifetime would be another request's).
     for (const auto& [name, window_allocs] : dynamic_allocs) {
       DynamicSequence& seq = dynamic[name];
       seq.window = name;
-      const std::vector<size_t>& positions = repeating[name];
-      std::vector<uint64_t> steady_window_sizes;
-      for (size_t p : positions)
-        steady_window_sizes.push_back(seq.requests[p].size);
-      std::vector<uint64_t> window_sizes;
-      std::vector<size_t> index(window_allocs.size(), SIZE_MAX);
+      // Per call, k's slots (their index in seq.requests) and this
+      // iteration's requests that could take one.
+      std::map<int32_t, std::vector<size_t>> slots_of_call, mine_of_call;
+      for (size_t p : repeating[name])
+        slots_of_call[static_cast<int32_t>(seq.occurrence[p])].push_back(p);
       for (size_t n = 0; n < window_allocs.size(); ++n) {
         const Allocation& a = *window_allocs[n];
         if (persistent(a) || long_lived(a)) continue;
-        index[n] = window_sizes.size();
-        window_sizes.push_back(a.size);
+        mine_of_call[std::max(a.dynamic_occurrence, 0)].push_back(n);
       }
-      Alignment lined_up;
-      if (window_sizes.size() == steady_window_sizes.size()) {
-        for (size_t n = 0; n < window_sizes.size(); ++n)
-          lined_up.a_to_b.push_back(static_cast<int32_t>(n));
-      } else {
-        lined_up = AlignSequences(window_sizes, steady_window_sizes);
+      std::vector<size_t> twin(window_allocs.size(), SIZE_MAX);
+      for (const auto& [call, mine] : mine_of_call) {
+        auto slots = slots_of_call.find(call);
+        if (slots == slots_of_call.end() || slots->second.size() != mine.size())
+          continue;
+        for (size_t i = 0; i < mine.size(); ++i)
+          twin[mine[i]] = slots->second[i];
       }
       seq.early.resize(j + 1);
+      seq.early_occurrence.resize(j + 1);
       for (size_t n = 0; n < window_allocs.size(); ++n) {
         const Allocation& a = *window_allocs[n];
         RequestRef ref{a.size, -1, 0, 0};
         if (persistent(a)) {
           take_persistent(a, ref);
-        } else if (index[n] != SIZE_MAX && lined_up.a_to_b[index[n]] >= 0 &&
-                   a.size <= steady_window_sizes[lined_up.a_to_b[index[n]]]) {
-          // Its own size (matched exactly at run time) in its twin's slot.
-          ref = seq.requests[positions[lined_up.a_to_b[index[n]]]];
+        } else if (twin[n] != SIZE_MAX &&
+                   a.size <= seq.requests[twin[n]].size) {
+          // Its own size in its twin's slot.
+          ref = seq.requests[twin[n]];
           ref.size = a.size;
         } else {
           ref.start = std::max<int64_t>(a.alloc_time - early.begin, 0);
           ref.end = std::max(ref.start + 1, a.free_time - early.begin);
         }
         seq.early[j].push_back(ref);
+        seq.early_occurrence[j].push_back(
+            static_cast<uint32_t>(std::max(a.dynamic_occurrence, 0)));
       }
     }
     // Align only what dies within the run of iterations: a persistent
@@ -316,6 +323,7 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
   for (auto& [name, seq] : dynamic) {
     // Every early iteration has its sequence (empty: none made there).
     seq.early.resize(problem.requests.prologue_iterations);
+    seq.early_occurrence.resize(problem.requests.prologue_iterations);
     problem.requests.dynamic.push_back(std::move(seq));
   }
   return problem;

@@ -147,8 +147,10 @@ Trace DynamicWindows() {
     t.AddPhase("forward");
     const uint64_t act = id++;
     t.AddAlloc(act, 8192);
-    auto window = [&](const char* name, std::vector<uint64_t> sizes) {
+    auto window = [&](const char* name, std::vector<uint64_t> sizes,
+                      bool state = false) {
       t.AddModuleEnter(name, /*dynamic=*/true);
+      if (state) t.AddAlloc(1000000, 3000);  // never freed
       std::vector<uint64_t> ids;
       for (uint64_t size : sizes) {
         ids.push_back(id);
@@ -157,13 +159,8 @@ Trace DynamicWindows() {
       for (uint64_t i : ids) t.AddFree(i);
       t.AddModuleExit(name);
     };
-    if (it == 0) {
-      t.AddModuleEnter("vary", true);
-      t.AddAlloc(1000000, 3000);  // state: never freed
-      t.AddModuleExit("vary");
-    }
     window("same", {1000, 2000});
-    window("vary", {it == 1 ? 1060u : 1000u, 2000});
+    window("vary", {it == 1 ? 1060u : 1000u, 2000}, /*state=*/it == 0);
     window("wild", {it % 2 == 0 ? 100u : 5000u, it % 2 == 0 ? 5000u : 100u});
     t.AddFree(act);
     t.AddIterationEnd(it);
@@ -217,6 +214,54 @@ TEST(PlanningProblemTest, DynamicRequestsWhoseSizesVaryALittleGetSlots) {
   EXPECT_EQ(bare->windows.size(), 3u);
 }
 
+// A window whose module runs twice per iteration (two micro-batches), its
+// sizes varying a little; in iteration 1 the first call makes one request
+// fewer (an expert without tokens).
+TEST(PlanningProblemTest, EarlyIterationsLineUpCallByCall) {
+  Trace t;
+  uint64_t id = 1;
+  for (uint64_t it = 0; it < 3; ++it) {
+    t.AddIterationBegin(it);
+    t.AddPhase("forward");
+    for (int call = 0; call < 2; ++call) {
+      t.AddModuleEnter("moe", true);
+      std::vector<uint64_t> sizes = {1020u - 10 * it, 2000};
+      if (it == 1 && call == 0) sizes = {1010};
+      std::vector<uint64_t> ids;
+      for (uint64_t size : sizes) {
+        ids.push_back(id);
+        t.AddAlloc(id++, size);
+      }
+      for (uint64_t i : ids) t.AddFree(i);
+      t.AddModuleExit("moe");
+    }
+    t.AddAlloc(id, 64);  // something outside the window to plan
+    t.AddFree(id++);
+    t.AddIterationEnd(it);
+  }
+  Workload w = BuildWorkload(t);
+  PlanningProblemOptions options;
+  options.scope = PlanScope::kIteration;
+  options.steady_iteration = 2;
+  StatusOr<PlanningProblem> p =
+      BuildPlanningProblem(w, AnalyzeWorkload(w), options);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->requests.dynamic.size(), 1u);
+  const DynamicSequence& moe = p->requests.dynamic[0];
+  ASSERT_EQ(moe.requests.size(), 4u);
+  EXPECT_EQ(moe.occurrence, (std::vector<uint32_t>{1, 1, 2, 2}));
+  ASSERT_EQ(moe.early.size(), 2u);
+  // Iteration 1: call 1 made one request of two: no slot for it; call 2
+  // lines up with k's call 2.
+  ASSERT_EQ(moe.early[1].size(), 3u);
+  EXPECT_EQ(moe.early_occurrence[1], (std::vector<uint32_t>{1, 2, 2}));
+  EXPECT_EQ(moe.early[1][0].buffer, -1);
+  EXPECT_EQ(moe.early[1][1].buffer, moe.requests[2].buffer);
+  EXPECT_EQ(moe.early[1][2].buffer, moe.requests[3].buffer);
+  // Iteration 0 lines up whole.
+  EXPECT_EQ(moe.early[0][0].buffer, moe.requests[0].buffer);
+}
+
 TEST(RequestTableTest, RoundTripAndBadPayloads) {
   PlanFile plan;
   plan.buffers = {{7, 0, 1024, 0, 5, 512}, {9, 1024, 512, 1, 3, 512}};
@@ -259,8 +304,9 @@ TEST(RequestTableTest, DynamicSequencesRoundTripAndBadPayloads) {
   table.iteration = {{1000, 7, 0, 5}};
   table.prologue_iterations = 1;
   table.dynamic = {
-      {"a@forward", {{4000, 9, 1, 3}, {77, -1, 2, 3}}, {{{10, 9, 1, 3}}}},
-      {"b@backward", {}, {}}};
+      {"a@forward", {{4000, 9, 1, 3}, {77, -1, 2, 3}}, {1, 2}, {{{10, 9, 1, 3}}},
+       {{2}}},
+      {"b@backward", {}, {}, {}, {}}};
   plan.extra = EncodeRequestTable(table);
   ASSERT_EQ(plan.extra.size(), 2u);
   EXPECT_EQ(plan.extra[1].tag, kDynamicRequestsTag);
@@ -276,6 +322,9 @@ TEST(RequestTableTest, DynamicSequencesRoundTripAndBadPayloads) {
   EXPECT_TRUE((*back)->dynamic[1].requests.empty());
   ASSERT_EQ((*back)->dynamic[0].early.size(), 1u);
   EXPECT_EQ((*back)->dynamic[0].early[0][0].buffer, 1);
+  EXPECT_EQ((*back)->dynamic[0].occurrence, (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ((*back)->dynamic[0].early_occurrence,
+            (std::vector<std::vector<uint32_t>>{{2}}));
   // More early iterations than the plan has.
   RequestTable early = table;
   early.dynamic[0].early.push_back({});

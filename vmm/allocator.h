@@ -355,6 +355,9 @@ class Allocator {
   // position in the window this iteration (the steady sequence, or in an
   // early iteration that iteration's own).
   const PlannedRequest* DynamicSlot();
+  // A module marked dynamic was entered: a new call of window_'s module,
+  // whose requests start at that call's first slot. REQUIRES: window_.
+  void StartWindowCall();
   // Learns from the free of a dynamic request born as `birth`.
   void LearnDynamicLifetime(const DynamicBirth& birth);
   // The pages of the static granules `entry`'s planned range covers whole.
@@ -436,6 +439,8 @@ class Allocator {
   // latest one in its window (DynamicSlot).
   std::unordered_map<const DynamicWindow*, uint32_t> window_requests_;
   uint32_t window_ordinal_ = 0;
+  // Calls of each dynamic window's module this iteration (StartWindowCall).
+  std::unordered_map<const DynamicWindow*, uint32_t> window_calls_;
   FlatMap<DynamicBirth> dynamic_births_;  // by address
   // Per window, the lifetime (iteration time) of its k-th request.
   std::unordered_map<const DynamicWindow*, std::vector<int64_t>> lifetimes_;

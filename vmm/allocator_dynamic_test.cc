@@ -129,5 +129,46 @@ TEST(AllocatorDynamicTest, ASlotStillTakenIsNeverHandedOutTwice) {
   EXPECT_EQ(a->stats().dynamic_hits, 1u);
 }
 
+// A window whose module runs twice per iteration (a pipeline's two
+// micro-batches): each call starts at its own first slot, so a call that
+// made fewer requests (an expert without tokens) shifts no later call.
+TEST(AllocatorDynamicTest, EveryCallOfTheModuleStartsAtItsOwnSlots) {
+  auto d = Host();
+  auto a = Make(*d);
+  RuntimePlan plan = MoePlan();
+  // Call 1: slots 0 and 1 (granules 4-5, 6); call 2: slot 2 (granule 7).
+  plan.region_bytes = 8 * kG;
+  plan.windows[0].requests.push_back({kG, 7 * kG, 10, 12});
+  plan.windows[0].occurrence = {1, 1, 2};
+  ASSERT_TRUE(a->LoadPlan(plan).ok());
+  a->IterationBegin(0);
+  a->Phase("forward");
+  StatusOr<Stamped> big = Take(*a, *d, 4 * kG, 1);
+  ASSERT_TRUE(big.ok());
+  // Call 1 makes one request of the two planned.
+  a->ModuleEnter("moe", true);
+  StatusOr<Stamped> first = Take(*a, *d, 2 * kG, 2);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->ptr, big->ptr + 4 * kG);
+  a->ModuleExit("moe");
+  // Call 2's request meets its own slot, not call 1's second one.
+  a->ModuleEnter("moe", true);
+  StatusOr<Stamped> second = Take(*a, *d, kG, 3);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->ptr, big->ptr + 7 * kG);
+  // A third call the plan never saw takes no slot.
+  a->ModuleExit("moe");
+  a->ModuleEnter("moe", true);
+  StatusOr<Stamped> third = Take(*a, *d, kG, 4);
+  ASSERT_TRUE(third.ok());
+  EXPECT_FALSE(third->ptr >= big->ptr && third->ptr < big->ptr + 8 * kG);
+  a->ModuleExit("moe");
+  a->CheckInvariants();
+  for (const StatusOr<Stamped>* s : {&third, &second, &first, &big})
+    Check(*a, *d, **s);
+  a->IterationEnd(0);
+  EXPECT_EQ(a->stats().dynamic_hits, 2u);
+}
+
 }  // namespace
 }  // namespace loom::vmm

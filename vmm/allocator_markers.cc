@@ -26,6 +26,7 @@ void Allocator::IterationBegin(uint64_t number) {
   iteration_hits_ = 0;
   iteration_misses_ = 0;
   window_requests_.clear();
+  window_calls_.clear();
   trial_hits_ = 0;
   trial_left_ = 0;
   // A plan that has not fitted one iteration yet, after one it did not fit
@@ -56,6 +57,7 @@ void Allocator::ModuleEnter(std::string_view name, bool dynamic) {
   if (!dynamic) return;
   dynamic_modules_.emplace_back(name);
   FindWindow();
+  if (window_ != nullptr) StartWindowCall();
 }
 
 void Allocator::ModuleExit(std::string_view name) {
@@ -97,6 +99,25 @@ int64_t Allocator::DynamicUntil(DynamicBirth* birth) {
     return birth->time + it->second[birth->ordinal];
   }
   return window_->end;
+}
+
+void Allocator::StartWindowCall() {
+  const uint32_t call = ++window_calls_[window_];
+  const std::vector<uint32_t>* occurrence = &window_->occurrence;
+  if (active_->matcher.in_prologue()) {
+    const int64_t j = active_->matcher.prologue_iteration();
+    if (j < 0 || static_cast<size_t>(j) >= window_->early_occurrence.size())
+      return;
+    occurrence = &window_->early_occurrence[j];
+  }
+  // The call's first entry; a call the plan never saw takes no slot.
+  auto first = std::find(occurrence->begin(), occurrence->end(), call);
+  if (first != occurrence->end()) {
+    window_requests_[window_] =
+        static_cast<uint32_t>(first - occurrence->begin());
+  } else if (!occurrence->empty()) {
+    window_requests_[window_] = static_cast<uint32_t>(occurrence->size());
+  }
 }
 
 const PlannedRequest* Allocator::DynamicSlot() {

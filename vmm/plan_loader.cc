@@ -81,6 +81,8 @@ StatusOr<RuntimePlan> ToRuntimePlan(const plan::PlanFile& file,
     convert(seq.requests, it->requests);
     for (const std::vector<plan::RequestRef>& early : seq.early)
       convert(early, it->early.emplace_back());
+    it->occurrence = seq.occurrence;
+    it->early_occurrence = seq.early_occurrence;
   }
   return plan;
 }

@@ -52,6 +52,13 @@ struct DynamicWindow {
   // window: at the slots of the steady ones they line up with, persistent
   // ranges (state made inside a module left open), or kUnplanned.
   std::vector<std::vector<PlannedRequest>> early;
+  // Per entry of `requests` (and of each early iteration's), the call of
+  // the window's module it was made in (1 for the iteration's first; 0:
+  // the module was entered in another phase): each call of the module
+  // starts at its first entry, so a call that made fewer requests (an
+  // expert without tokens) shifts no later call.
+  std::vector<uint32_t> occurrence;
+  std::vector<std::vector<uint32_t>> early_occurrence;
 };
 
 struct RuntimePlan {

@@ -1,6 +1,7 @@
 #include "plan/analysis/workload.h"
 
 #include <algorithm>
+#include <map>
 #include <tuple>
 #include <unordered_map>
 
@@ -39,6 +40,8 @@ class WorkloadBuilder {
   std::unordered_map<uint64_t, size_t> live_;       // request id -> allocation
   std::vector<std::pair<uint32_t, bool>> modules_;  // (name, dynamic)
   int dynamic_open_ = 0;
+  // Enters of each dynamic module, by phase, in the current iteration.
+  std::map<std::pair<uint32_t, int32_t>, int32_t> enters_;
   std::unordered_map<uint32_t, int32_t> phase_of_name_;
   int32_t phase_ = kNone;
   int32_t iteration_ = kNoIteration;
@@ -65,6 +68,11 @@ void WorkloadBuilder::Add(const Event& e,
       a.alloc_module = InnermostModule();
       a.dynamic = dynamic_open_ > 0;
       a.alloc_dynamic_module = InnermostDynamicModule();
+      if (a.alloc_dynamic_module != kNone) {
+        auto it = enters_.find(
+            {static_cast<uint32_t>(a.alloc_dynamic_module), phase_});
+        a.dynamic_occurrence = it != enters_.end() ? it->second : 0;
+      }
       live_[e.id] = w_.allocations.size();
       w_.allocations.push_back(a);
       tokens_.push_back(AllocationToken(true, e.size));
@@ -93,6 +101,7 @@ void WorkloadBuilder::Add(const Event& e,
         w_.iterations.back().complete = true;
       }
       w_.iterations.push_back({t, t, e.id, false});
+      enters_.clear();
       iteration_ = static_cast<int32_t>(w_.iterations.size() - 1);
       iteration_open_ = true;
       break;
@@ -110,6 +119,7 @@ void WorkloadBuilder::Add(const Event& e,
       bool dynamic = (e.flags & kDynamicModule) != 0;
       modules_.emplace_back(e.name, dynamic);
       dynamic_open_ += dynamic;
+      if (dynamic) ++enters_[{e.name, phase_}];
       break;
     }
     case EventKind::kModuleExit:

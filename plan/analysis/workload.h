@@ -58,6 +58,10 @@ struct Allocation {
   // the module whose window the request belongs to, as the run time names
   // it (it sees only the markers of modules marked dynamic).
   int32_t alloc_dynamic_module = kNone;
+  // How many times, in this iteration, that module was entered in the
+  // current phase (1 for its first call; 0 if entered in another phase): a
+  // pipeline runs an MoE layer once per micro-batch.
+  int32_t dynamic_occurrence = 0;
   bool dynamic = false;  // a module marked dynamic was open at allocation
 
   bool freed() const { return free_time != kNever; }

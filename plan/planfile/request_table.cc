@@ -108,7 +108,8 @@ Status DecodeDynamicRequests(
                            source, seq.window);
     }
     // A counted run of entries (the steady slots, an early iteration's).
-    auto read_entries = [&](std::vector<RequestRef>& out) -> Status {
+    auto read_entries = [&](std::vector<RequestRef>& out,
+                            std::vector<uint32_t>& occurrence) -> Status {
       LOOM_ASSIGN_OR_RETURN(uint64_t count, r.Varint("entry count"));
       if (count > r.remaining() / 4) {
         return DataLossError(
@@ -122,17 +123,28 @@ Status DecodeDynamicRequests(
                                                         source, "DREQ", entry));
         out.push_back(ref);
       }
+      occurrence.reserve(count);
+      for (uint64_t i = 0; i < count; ++i) {
+        LOOM_ASSIGN_OR_RETURN(uint64_t o, r.Varint("occurrence"));
+        if (o > (uint64_t{1} << 31)) {
+          return OutOfRangeError("{}: DREQ: window '{}': occurrence {}", source,
+                                 seq.window, o);
+        }
+        occurrence.push_back(static_cast<uint32_t>(o));
+      }
       return OkStatus();
     };
-    LOOM_RETURN_IF_ERROR(read_entries(seq.requests));
+    LOOM_RETURN_IF_ERROR(read_entries(seq.requests, seq.occurrence));
     LOOM_ASSIGN_OR_RETURN(uint64_t early, r.Varint("early iteration count"));
     if (early > static_cast<uint64_t>(table.prologue_iterations)) {
       return OutOfRangeError(
           "{}: DREQ: window '{}': {} early iterations, the plan has {}", source,
           seq.window, early, table.prologue_iterations);
     }
-    for (uint64_t j = 0; j < early; ++j)
-      LOOM_RETURN_IF_ERROR(read_entries(seq.early.emplace_back()));
+    for (uint64_t j = 0; j < early; ++j) {
+      LOOM_RETURN_IF_ERROR(read_entries(seq.early.emplace_back(),
+                                        seq.early_occurrence.emplace_back()));
+    }
     table.dynamic.push_back(std::move(seq));
   }
   if (r.remaining() != 0) {
@@ -163,12 +175,24 @@ std::vector<PlanSection> EncodeRequestTable(const RequestTable& table) {
   for (const DynamicSequence& seq : table.dynamic) {
     AppendVarint(&dynamic.payload, seq.window.size());
     dynamic.payload += seq.window;
-    AppendVarint(&dynamic.payload, seq.requests.size());
-    for (const RequestRef& r : seq.requests) AppendEntry(dynamic.payload, r);
+    // A counted run of entries, then each one's occurrence (0 if none).
+    auto append_run = [&](const std::vector<RequestRef>& run,
+                          const std::vector<uint32_t>* occurrence) {
+      AppendVarint(&dynamic.payload, run.size());
+      for (const RequestRef& r : run) AppendEntry(dynamic.payload, r);
+      for (size_t i = 0; i < run.size(); ++i) {
+        AppendVarint(&dynamic.payload,
+                     occurrence != nullptr && i < occurrence->size()
+                         ? (*occurrence)[i]
+                         : 0);
+      }
+    };
+    append_run(seq.requests, &seq.occurrence);
     AppendVarint(&dynamic.payload, seq.early.size());
-    for (const std::vector<RequestRef>& early : seq.early) {
-      AppendVarint(&dynamic.payload, early.size());
-      for (const RequestRef& r : early) AppendEntry(dynamic.payload, r);
+    for (size_t j = 0; j < seq.early.size(); ++j) {
+      append_run(seq.early[j], j < seq.early_occurrence.size()
+                                   ? &seq.early_occurrence[j]
+                                   : nullptr);
     }
   }
   sections.push_back(std::move(dynamic));

@@ -13,9 +13,10 @@
 // the window in an iteration, its size the largest the recorded iterations
 // made at that position (section DREQ, optional: a reader without it serves
 // every dynamic request from the dynamic space). Payload: window count,
-// then per window its name (length, bytes), entry count and entries as in
-// REQS, then the count of early iterations (at most prologue_iterations)
-// and per early iteration its entry count and entries.
+// then per window its name (length, bytes), entry count, entries as in
+// REQS and each entry's occurrence, then the count of early iterations (at
+// most prologue_iterations) and per early iteration the same (entry count,
+// entries, occurrences).
 // A plan made from a trace carries it; one made from a CSV instance does
 // not (the runtime refuses such a plan with a clear message). The decoder
 // checks every value against the plan (buffer indices, sizes no larger than
@@ -46,11 +47,16 @@ struct RequestRef {
 struct DynamicSequence {
   std::string window;  // "module@phase", as the plan's DYNS windows
   std::vector<RequestRef> requests;
+  // Per entry of `requests`, the call of the window's module it was made in
+  // (1 for the first call of the iteration; 0 if the module was entered in
+  // another phase): the run time starts each call at its first entry.
+  std::vector<uint32_t> occurrence;
   // Per early iteration (the prologue's, 0-based), its requests in the
   // window: at the slot of the steady request they line up with (by
   // position when as many, else by size), persistent buffers (optimizer
   // state made inside a module left open), or unplanned.
   std::vector<std::vector<RequestRef>> early;
+  std::vector<std::vector<uint32_t>> early_occurrence;  // as `occurrence`
   friend bool operator==(const DynamicSequence&,
                          const DynamicSequence&) = default;
 };
