@@ -104,13 +104,30 @@ RuntimePlan ToPlan(const std::vector<Buf>& bufs, uint64_t peak) {
     }
     if (idle) window.idle_granules.push_back(k);
   }
+  // Slots for its three requests (dynamic requests with a home), anywhere
+  // in the region, overlapping planned buffers or not: the run time's
+  // safety check, not the layout, must keep every byte single-owner. A
+  // generator of their own, so the seeds' programs stay what they were.
+  std::mt19937_64 slots(peak * 31 + bufs.size());
+  for (int e = 0; e < 3; ++e) {
+    const uint64_t size = 4096 + slots() % (3 * kG);
+    PlannedRequest slot{size, kUnplanned, window.start,
+                        window.end + static_cast<int64_t>(slots() % 8)};
+    if (size <= plan.region_bytes) {
+      slot.offset =
+          static_cast<int64_t>(slots() % (plan.region_bytes - size + 1) / 512 *
+                               512);
+    }
+    window.requests.push_back(slot);
+    window.occurrence.push_back(1);
+  }
   plan.windows.push_back(window);
   return plan;
 }
 
 // Summed over every run, to show the runs exercise each path.
 struct Totals {
-  uint64_t hits = 0, misses = 0, dynamic = 0, ooms = 0;
+  uint64_t hits = 0, misses = 0, dynamic = 0, dynamic_hits = 0, ooms = 0;
 };
 Totals totals;
 
@@ -167,6 +184,7 @@ class RandomRun {
     totals.hits += s.plan_hits;
     totals.misses += s.plan_misses;
     totals.dynamic += s.dynamic_requests;
+    totals.dynamic_hits += s.dynamic_hits;
     totals.ooms += s.num_ooms;
   }
 
@@ -303,6 +321,7 @@ TEST(AllocatorRandomTest, HostBackendSeeds) {
   EXPECT_GT(totals.hits, 1000u);
   EXPECT_GT(totals.misses, 50u);
   EXPECT_GT(totals.dynamic, 100u);
+  EXPECT_GT(totals.dynamic_hits, 20u);
 }
 
 TEST(AllocatorRandomTest, FakeBackendWithStreamsAndFailures) {
@@ -314,6 +333,7 @@ TEST(AllocatorRandomTest, FakeBackendWithStreamsAndFailures) {
   }
   EXPECT_GT(totals.hits, 1000u);
   EXPECT_GT(totals.misses, 50u);
+  EXPECT_GT(totals.dynamic_hits, 20u);
 }
 
 TEST(AllocatorRandomTest, RegressionSeeds) {

@@ -2,10 +2,11 @@
 //
 // Serves every request PyTorch makes. With a plan loaded (LoadPlan), a
 // request the Matcher routes to a plan entry gets its planned range in the
-// StaticRegion, if that range is free right now (the safety check); anything
-// else (no plan, a miss, an unplanned request, a request inside a dynamic
-// module) goes to the Arena, which maps idle physical pages into reusable
-// virtual slots. Without a plan (record mode) everything is served by the
+// StaticRegion, if that range is free right now (the safety check); a
+// request inside a dynamic module takes its window's planned slot the same
+// way when the plan has one for it (DynamicSlot); anything else (no plan, a
+// miss, an unplanned request, a dynamic request without a slot) goes to the
+// Arena, which maps idle physical pages into reusable virtual slots. Without a plan (record mode) everything is served by the
 // arena, and every call can be recorded as a loom trace.
 //
 // Plans that do not fit: a FitMonitor judges every iteration; a plan that
