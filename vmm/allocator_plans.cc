@@ -133,7 +133,11 @@ Status Allocator::AddPlanVariant(RuntimePlan plan, bool never_raise_peak) {
           return (a.get() == active_ ? UINT64_MAX : a->last_used) <
                  (b.get() == active_ ? UINT64_MAX : b->last_used);
         });
-    for (const DynamicWindow& w : (*oldest)->plan.windows) lifetimes_.erase(&w);
+    for (const DynamicWindow& w : (*oldest)->plan.windows) {
+      lifetimes_.erase(&w);
+      window_requests_.erase(&w);
+      window_calls_.erase(&w);
+    }
     if (window_ != nullptr) FindWindow();
     variants_.erase(oldest);
   }
@@ -276,6 +280,8 @@ Status Allocator::UnloadPlans() {
   LOOM_RETURN_IF_ERROR(DrainPages(pages, WaitSite::kPlanUnload));
   window_ = nullptr;
   lifetimes_.clear();
+  window_requests_.clear();
+  window_calls_.clear();
   referee_.Stop();
   active_ = serving_ = nullptr;
   probed_ = kProbeRequests;
