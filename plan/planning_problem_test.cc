@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <string>
+
 #include "plan/planfile/request_table.h"
 
 namespace loom::plan {
@@ -303,10 +306,12 @@ TEST(RequestTableTest, DynamicSequencesRoundTripAndBadPayloads) {
   RequestTable table;
   table.iteration = {{1000, 7, 0, 5}};
   table.prologue_iterations = 1;
-  table.dynamic = {
-      {"a@forward", {{4000, 9, 1, 3}, {77, -1, 2, 3}}, {1, 2}, {{{10, 9, 1, 3}}},
-       {{2}}},
-      {"b@backward", {}, {}, {}, {}}};
+  table.dynamic = {{"a@forward",
+                    {{4000, 9, 1, 3}, {77, -1, 2, 3}},
+                    {1, 2},
+                    {{{10, 9, 1, 3}}},
+                    {{2}}},
+                   {"b@backward", {}, {}, {}, {}}};
   plan.extra = EncodeRequestTable(table);
   ASSERT_EQ(plan.extra.size(), 2u);
   EXPECT_EQ(plan.extra[1].tag, kDynamicRequestsTag);
@@ -348,6 +353,66 @@ TEST(RequestTableTest, DynamicSequencesRoundTripAndBadPayloads) {
   StatusOr<std::optional<RequestTable>> order = DecodeRequestTable(plan, "p");
   ASSERT_FALSE(order.ok());
   EXPECT_NE(order.status().message().find("out of order"), std::string::npos);
+}
+
+// Seeded mutations of a DREQ payload (flips, random bytes, truncation,
+// insertion): the decoder never crashes, and whatever it accepts names only
+// buffers the plan has, in sizes they hold.
+TEST(RequestTableTest, MutatedDynamicSequencesNeverCrash) {
+  PlanFile plan;
+  plan.buffers = {{7, 0, 1024, 0, 5, 512}, {9, 1024, 4096, 1, 3, 512}};
+  RequestTable table;
+  table.prologue_iterations = 2;
+  table.iteration = {{1000, 7, 0, 5}};
+  table.dynamic = {{"a@forward",
+                    {{4000, 9, 1, 3}, {77, -1, 2, 3}},
+                    {1, 2},
+                    {{{10, 9, 1, 3}}, {{20, 7, 0, 4}, {30, -1, 1, 2}}},
+                    {{2}, {1, 1}}},
+                   {"b@backward", {{512, 7, 0, 1}}, {0}, {}, {}}};
+  const std::vector<PlanSection> sections = EncodeRequestTable(table);
+  ASSERT_EQ(sections.size(), 2u);
+  std::mt19937_64 rng(20261127);
+  int accepted = 0;
+  for (int round = 0; round < 20000; ++round) {
+    std::string payload = sections[1].payload;
+    const int mutations = 1 + static_cast<int>(rng() % 3);
+    for (int m = 0; m < mutations && !payload.empty(); ++m) {
+      const size_t at = rng() % payload.size();
+      switch (rng() % 4) {
+        case 0:
+          payload[at] = static_cast<char>(payload[at] ^ (1 << (rng() % 8)));
+          break;
+        case 1:
+          payload[at] = static_cast<char>(rng());
+          break;
+        case 2:
+          payload.resize(at);
+          break;
+        default:
+          payload.insert(at, 1, static_cast<char>(rng()));
+      }
+    }
+    plan.extra = {sections[0], sections[1]};
+    plan.extra[1].payload = payload;
+    StatusOr<std::optional<RequestTable>> back = DecodeRequestTable(plan, "m");
+    if (!back.ok()) {
+      EXPECT_EQ(back.status().message().rfind("m: DREQ: ", 0), 0u)
+          << back.status().message();
+      continue;
+    }
+    ++accepted;
+    for (const DynamicSequence& seq : (*back)->dynamic) {
+      EXPECT_EQ(seq.occurrence.size(), seq.requests.size());
+      EXPECT_LE(seq.early.size(), 2u);
+      for (const RequestRef& r : seq.requests) {
+        if (r.buffer < 0) continue;
+        ASSERT_LT(static_cast<size_t>(r.buffer), plan.buffers.size());
+        EXPECT_LE(r.size, plan.buffers[r.buffer].size);
+      }
+    }
+  }
+  EXPECT_GT(accepted, 10);
 }
 
 }  // namespace

@@ -114,9 +114,8 @@ RuntimePlan ToPlan(const std::vector<Buf>& bufs, uint64_t peak) {
     PlannedRequest slot{size, kUnplanned, window.start,
                         window.end + static_cast<int64_t>(slots() % 8)};
     if (size <= plan.region_bytes) {
-      slot.offset =
-          static_cast<int64_t>(slots() % (plan.region_bytes - size + 1) / 512 *
-                               512);
+      slot.offset = static_cast<int64_t>(
+          slots() % (plan.region_bytes - size + 1) / 512 * 512);
     }
     window.requests.push_back(slot);
     window.occurrence.push_back(1);
