@@ -89,6 +89,13 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
   auto long_lived = [&](const Allocation& a) {
     return period > 0 && (!a.freed() || a.free_time - a.alloc_time > period);
   };
+  // A request of k: its lifetime in k's time, [alloc - B, free - B), to
+  // the period's end if never freed.
+  auto steady_span = [&](const Allocation& a) {
+    const int64_t start = a.alloc_time - begin;
+    const int64_t stop = a.freed() ? a.free_time - begin : period;
+    return std::pair<int64_t, int64_t>{start, std::max(stop, start + 1)};
+  };
   // Which windows' requests get slots, from the recorded iterations whose
   // requests there line up with k's (as many that live less than a
   // period): those whose sizes vary (an expert's follow its routing) by at
@@ -149,32 +156,27 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
           it->second.end = std::max(it->second.end, e);
         }
         if (largest.count(name) != 0) {
-          DynamicSequence& seq = dynamic[name];
-          seq.window = name;
-          int64_t stop = a.freed() ? a.free_time - begin : period;
-          if (stop <= s) stop = s + 1;
-          RequestRef ref{a.size, -1, s, stop};
-          if (!long_lived(a) && stop - s <= period) {
+          WindowRequests& steady = dynamic[name].steady;
+          const auto [start, stop] = steady_span(a);
+          RequestRef ref{a.size, -1, start, stop};
+          if (!long_lived(a)) {
             std::vector<size_t>& positions = repeating[name];
             const std::vector<uint64_t>& sizes = largest[name];
             Allocation slot = a;
             if (positions.size() < sizes.size())
               slot.size = std::max(a.size, sizes[positions.size()]);
             ref.size = slot.size;
-            ref.buffer = add_buffer(slot, s, stop);
-            positions.push_back(seq.requests.size());
+            ref.buffer = add_buffer(slot, start, stop);
+            positions.push_back(steady.requests.size());
           }
-          seq.requests.push_back(ref);
-          seq.occurrence.push_back(
-              static_cast<uint32_t>(std::max(a.dynamic_occurrence, 0)));
+          steady.requests.push_back(ref);
+          steady.calls.push_back(a.dynamic_call);
         }
       }
       continue;
     }
     if (a.alloc_time < begin || a.alloc_time >= end) continue;
-    int64_t start = a.alloc_time - begin;
-    int64_t stop = a.freed() ? a.free_time - begin : period;
-    if (stop <= start) stop = start + 1;
+    const auto [start, stop] = steady_span(a);
     RequestRef ref{a.size, -1, start, stop};
     if (stop - start <= period) ref.buffer = add_buffer(a, start, stop);
     problem.requests.iteration.push_back(ref);
@@ -230,16 +232,15 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
     // takes no slot, whose lifetime would be another request's).
     for (const auto& [name, window_allocs] : dynamic_allocs) {
       DynamicSequence& seq = dynamic[name];
-      seq.window = name;
-      // Per call, k's slots (their index in seq.requests) and this
+      // Per call, k's slots (their index in seq.steady) and this
       // iteration's requests that could take one.
-      std::map<int32_t, std::vector<size_t>> slots_of_call, mine_of_call;
+      std::map<uint32_t, std::vector<size_t>> slots_of_call, mine_of_call;
       for (size_t p : repeating[name])
-        slots_of_call[static_cast<int32_t>(seq.occurrence[p])].push_back(p);
+        slots_of_call[seq.steady.calls[p]].push_back(p);
       for (size_t n = 0; n < window_allocs.size(); ++n) {
         const Allocation& a = *window_allocs[n];
-        if (persistent(a) || long_lived(a)) continue;
-        mine_of_call[std::max(a.dynamic_occurrence, 0)].push_back(n);
+        if (!persistent(a) && !long_lived(a))
+          mine_of_call[a.dynamic_call].push_back(n);
       }
       std::vector<size_t> twin(window_allocs.size(), SIZE_MAX);
       for (const auto& [call, mine] : mine_of_call) {
@@ -250,24 +251,22 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
           twin[mine[i]] = slots->second[i];
       }
       seq.early.resize(j + 1);
-      seq.early_occurrence.resize(j + 1);
       for (size_t n = 0; n < window_allocs.size(); ++n) {
         const Allocation& a = *window_allocs[n];
         RequestRef ref{a.size, -1, 0, 0};
         if (persistent(a)) {
           take_persistent(a, ref);
         } else if (twin[n] != SIZE_MAX &&
-                   a.size <= seq.requests[twin[n]].size) {
+                   a.size <= seq.steady.requests[twin[n]].size) {
           // Its own size in its twin's slot.
-          ref = seq.requests[twin[n]];
+          ref = seq.steady.requests[twin[n]];
           ref.size = a.size;
         } else {
           ref.start = std::max<int64_t>(a.alloc_time - early.begin, 0);
           ref.end = std::max(ref.start + 1, a.free_time - early.begin);
         }
-        seq.early[j].push_back(ref);
-        seq.early_occurrence[j].push_back(
-            static_cast<uint32_t>(std::max(a.dynamic_occurrence, 0)));
+        seq.early[j].requests.push_back(ref);
+        seq.early[j].calls.push_back(a.dynamic_call);
       }
     }
     // Align only what dies within the run of iterations: a persistent
@@ -321,9 +320,9 @@ StatusOr<PlanningProblem> BuildPlanningProblem(
     problem.windows.push_back(TimeWindow{span.start, stop, name});
   }
   for (auto& [name, seq] : dynamic) {
+    seq.window = name;
     // Every early iteration has its sequence (empty: none made there).
     seq.early.resize(problem.requests.prologue_iterations);
-    seq.early_occurrence.resize(problem.requests.prologue_iterations);
     problem.requests.dynamic.push_back(std::move(seq));
   }
   return problem;

@@ -188,25 +188,25 @@ TEST(PlanningProblemTest, DynamicRequestsWhoseSizesVaryALittleGetSlots) {
   const DynamicSequence& vary = dynamic[0];
   EXPECT_EQ(vary.window, "vary@forward");
   // Sizes that varied a little: the largest recorded at each position.
-  ASSERT_EQ(vary.requests.size(), 2u);
-  EXPECT_EQ(vary.requests[0].size, 1060u);
-  ASSERT_GE(vary.requests[0].buffer, 0);
-  EXPECT_EQ(p->instance.buffers[vary.requests[0].buffer].size, 1060u);
-  EXPECT_EQ(vary.requests[1].size, 2000u);
+  ASSERT_EQ(vary.steady.requests.size(), 2u);
+  EXPECT_EQ(vary.steady.requests[0].size, 1060u);
+  ASSERT_GE(vary.steady.requests[0].buffer, 0);
+  EXPECT_EQ(p->instance.buffers[vary.steady.requests[0].buffer].size, 1060u);
+  EXPECT_EQ(vary.steady.requests[1].size, 2000u);
   // The early iterations: iteration 0's state is a persistent buffer, its
   // other requests sit in the steady slots; iteration 1's 1060 bytes fit
   // the slot (the largest) with their own size.
   ASSERT_EQ(vary.early.size(), 3u);
-  ASSERT_EQ(vary.early[0].size(), 3u);
-  const RequestRef& state = vary.early[0][0];
+  ASSERT_EQ(vary.early[0].requests.size(), 3u);
+  const RequestRef& state = vary.early[0].requests[0];
   ASSERT_GE(state.buffer, 0);
   EXPECT_EQ(state.start, 0);
   EXPECT_EQ(state.end, p->instance.period);
-  EXPECT_EQ(vary.early[0][1].buffer, vary.requests[0].buffer);
-  EXPECT_EQ(vary.early[0][1].size, 1000u);
-  EXPECT_EQ(vary.early[0][2].buffer, vary.requests[1].buffer);
-  EXPECT_EQ(vary.early[1][0].buffer, vary.requests[0].buffer);
-  EXPECT_EQ(vary.early[1][0].size, 1060u);
+  EXPECT_EQ(vary.early[0].requests[1].buffer, vary.steady.requests[0].buffer);
+  EXPECT_EQ(vary.early[0].requests[1].size, 1000u);
+  EXPECT_EQ(vary.early[0].requests[2].buffer, vary.steady.requests[1].buffer);
+  EXPECT_EQ(vary.early[1].requests[0].buffer, vary.steady.requests[0].buffer);
+  EXPECT_EQ(vary.early[1].requests[0].size, 1060u);
   EXPECT_TRUE(ValidateInstance(p->instance).ok());
   // Without plan_dynamic: windows only.
   options.plan_dynamic = false;
@@ -251,18 +251,18 @@ TEST(PlanningProblemTest, EarlyIterationsLineUpCallByCall) {
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   ASSERT_EQ(p->requests.dynamic.size(), 1u);
   const DynamicSequence& moe = p->requests.dynamic[0];
-  ASSERT_EQ(moe.requests.size(), 4u);
-  EXPECT_EQ(moe.occurrence, (std::vector<uint32_t>{1, 1, 2, 2}));
+  ASSERT_EQ(moe.steady.requests.size(), 4u);
+  EXPECT_EQ(moe.steady.calls, (std::vector<uint32_t>{1, 1, 2, 2}));
   ASSERT_EQ(moe.early.size(), 2u);
   // Iteration 1: call 1 made one request of two: no slot for it; call 2
   // lines up with k's call 2.
-  ASSERT_EQ(moe.early[1].size(), 3u);
-  EXPECT_EQ(moe.early_occurrence[1], (std::vector<uint32_t>{1, 2, 2}));
-  EXPECT_EQ(moe.early[1][0].buffer, -1);
-  EXPECT_EQ(moe.early[1][1].buffer, moe.requests[2].buffer);
-  EXPECT_EQ(moe.early[1][2].buffer, moe.requests[3].buffer);
+  ASSERT_EQ(moe.early[1].requests.size(), 3u);
+  EXPECT_EQ(moe.early[1].calls, (std::vector<uint32_t>{1, 2, 2}));
+  EXPECT_EQ(moe.early[1].requests[0].buffer, -1);
+  EXPECT_EQ(moe.early[1].requests[1].buffer, moe.steady.requests[2].buffer);
+  EXPECT_EQ(moe.early[1].requests[2].buffer, moe.steady.requests[3].buffer);
   // Iteration 0 lines up whole.
-  EXPECT_EQ(moe.early[0][0].buffer, moe.requests[0].buffer);
+  EXPECT_EQ(moe.early[0].requests[0].buffer, moe.steady.requests[0].buffer);
 }
 
 TEST(RequestTableTest, RoundTripAndBadPayloads) {
@@ -307,11 +307,9 @@ TEST(RequestTableTest, DynamicSequencesRoundTripAndBadPayloads) {
   table.iteration = {{1000, 7, 0, 5}};
   table.prologue_iterations = 1;
   table.dynamic = {{"a@forward",
-                    {{4000, 9, 1, 3}, {77, -1, 2, 3}},
-                    {1, 2},
-                    {{{10, 9, 1, 3}}},
-                    {{2}}},
-                   {"b@backward", {}, {}, {}, {}}};
+                    {{{4000, 9, 1, 3}, {77, -1, 2, 3}}, {1, 2}},
+                    {{{{10, 9, 1, 3}}, {2}}}},
+                   {"b@backward", {}, {}}};
   plan.extra = EncodeRequestTable(table);
   ASSERT_EQ(plan.extra.size(), 2u);
   EXPECT_EQ(plan.extra[1].tag, kDynamicRequestsTag);
@@ -320,16 +318,15 @@ TEST(RequestTableTest, DynamicSequencesRoundTripAndBadPayloads) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   ASSERT_EQ((*back)->dynamic.size(), 2u);
   EXPECT_EQ((*back)->dynamic[0].window, "a@forward");
-  ASSERT_EQ((*back)->dynamic[0].requests.size(), 2u);
-  EXPECT_EQ((*back)->dynamic[0].requests[0].buffer, 1);  // id 9: index 1
-  EXPECT_EQ((*back)->dynamic[0].requests[0].size, 4000u);
-  EXPECT_EQ((*back)->dynamic[0].requests[1].buffer, -1);
-  EXPECT_TRUE((*back)->dynamic[1].requests.empty());
+  ASSERT_EQ((*back)->dynamic[0].steady.requests.size(), 2u);
+  EXPECT_EQ((*back)->dynamic[0].steady.requests[0].buffer, 1);  // id 9: index 1
+  EXPECT_EQ((*back)->dynamic[0].steady.requests[0].size, 4000u);
+  EXPECT_EQ((*back)->dynamic[0].steady.requests[1].buffer, -1);
+  EXPECT_TRUE((*back)->dynamic[1].steady.requests.empty());
   ASSERT_EQ((*back)->dynamic[0].early.size(), 1u);
-  EXPECT_EQ((*back)->dynamic[0].early[0][0].buffer, 1);
-  EXPECT_EQ((*back)->dynamic[0].occurrence, (std::vector<uint32_t>{1, 2}));
-  EXPECT_EQ((*back)->dynamic[0].early_occurrence,
-            (std::vector<std::vector<uint32_t>>{{2}}));
+  EXPECT_EQ((*back)->dynamic[0].early[0].requests[0].buffer, 1);
+  EXPECT_EQ((*back)->dynamic[0].steady.calls, (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ((*back)->dynamic[0].early[0].calls, (std::vector<uint32_t>{2}));
   // More early iterations than the plan has.
   RequestTable early = table;
   early.dynamic[0].early.push_back({});
@@ -344,7 +341,7 @@ TEST(RequestTableTest, DynamicSequencesRoundTripAndBadPayloads) {
   }
   // A slot larger than its buffer; windows out of order.
   RequestTable bad = table;
-  bad.dynamic[0].requests[0].size = 5000;
+  bad.dynamic[0].steady.requests[0].size = 5000;
   plan.extra = EncodeRequestTable(bad);
   EXPECT_FALSE(DecodeRequestTable(plan, "p").ok());
   bad = table;
@@ -364,12 +361,11 @@ TEST(RequestTableTest, MutatedDynamicSequencesNeverCrash) {
   RequestTable table;
   table.prologue_iterations = 2;
   table.iteration = {{1000, 7, 0, 5}};
-  table.dynamic = {{"a@forward",
-                    {{4000, 9, 1, 3}, {77, -1, 2, 3}},
-                    {1, 2},
-                    {{{10, 9, 1, 3}}, {{20, 7, 0, 4}, {30, -1, 1, 2}}},
-                    {{2}, {1, 1}}},
-                   {"b@backward", {{512, 7, 0, 1}}, {0}, {}, {}}};
+  table.dynamic = {
+      {"a@forward",
+       {{{4000, 9, 1, 3}, {77, -1, 2, 3}}, {1, 2}},
+       {{{{10, 9, 1, 3}}, {2}}, {{{20, 7, 0, 4}, {30, -1, 1, 2}}, {1, 1}}}},
+      {"b@backward", {{{512, 7, 0, 1}}, {0}}, {}}};
   const std::vector<PlanSection> sections = EncodeRequestTable(table);
   ASSERT_EQ(sections.size(), 2u);
   std::mt19937_64 rng(20261127);
@@ -403,9 +399,9 @@ TEST(RequestTableTest, MutatedDynamicSequencesNeverCrash) {
     }
     ++accepted;
     for (const DynamicSequence& seq : (*back)->dynamic) {
-      EXPECT_EQ(seq.occurrence.size(), seq.requests.size());
+      EXPECT_EQ(seq.steady.calls.size(), seq.steady.requests.size());
       EXPECT_LE(seq.early.size(), 2u);
-      for (const RequestRef& r : seq.requests) {
+      for (const RequestRef& r : seq.steady.requests) {
         if (r.buffer < 0) continue;
         ASSERT_LT(static_cast<size_t>(r.buffer), plan.buffers.size());
         EXPECT_LE(r.size, plan.buffers[r.buffer].size);

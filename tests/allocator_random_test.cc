@@ -117,8 +117,8 @@ RuntimePlan ToPlan(const std::vector<Buf>& bufs, uint64_t peak) {
       slot.offset = static_cast<int64_t>(
           slots() % (plan.region_bytes - size + 1) / 512 * 512);
     }
-    window.requests.push_back(slot);
-    window.occurrence.push_back(1);
+    window.steady.requests.push_back(slot);
+    window.steady.calls.push_back(1);
   }
   plan.windows.push_back(window);
   return plan;

@@ -208,7 +208,8 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     // At its window's planned slot if it fits there (one that grew past it
     // only if the bytes after it are idle in the plan while the slot
     // lives, as a planned request).
-    const PlannedRequest* slot = DynamicSlot();
+    uint32_t position = 0;
+    const PlannedRequest* slot = DynamicSlot(&position);
     std::optional<DevicePtr> planned;
     if (slot != nullptr && (size <= RoundUp(slot->size, kArenaAlignment) ||
                             GrowthFits(*slot, size))) {
@@ -222,7 +223,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       in_module = true;
       // Expected to live as its counterpart did last iteration, else until
       // its window ends; its slot's pages (if any) first.
-      const int64_t until = DynamicUntil(&birth);
+      const int64_t until = DynamicUntil(position, &birth);
       learned = birth.window != nullptr;
       ptr = ServeUnforeseen(
           size, stream, until,

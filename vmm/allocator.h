@@ -6,8 +6,9 @@
 // request inside a dynamic module takes its window's planned slot the same
 // way when the plan has one for it (DynamicSlot); anything else (no plan, a
 // miss, an unplanned request, a dynamic request without a slot) goes to the
-// Arena, which maps idle physical pages into reusable virtual slots. Without a plan (record mode) everything is served by the
-// arena, and every call can be recorded as a loom trace.
+// Arena, which maps idle physical pages into reusable virtual slots.
+// Without a plan (record mode) everything is served by the arena, and every
+// call can be recorded as a loom trace.
 //
 // Plans that do not fit: a FitMonitor judges every iteration; a plan that
 // misses most requests (a foreign plan, a shape of iteration it never saw)
@@ -346,16 +347,20 @@ class Allocator {
   int64_t ExpectedEnd(const PlannedRequest& entry) const;
   // The expected end of a request the plan did not foresee.
   int64_t ExtraUntil() const;
-  // The expected end of the next request of the current dynamic window
-  // (what the same request lived last iteration, else the window's end),
-  // and its birth record. REQUIRES: DynamicSlot() counted the request.
-  int64_t DynamicUntil(DynamicBirth* birth);
-  // Counts a request of the current dynamic window and returns its planned
-  // slot if the plan serves it there (null otherwise): while the plan is
-  // in force (not in the set-up, a trial or a suspension), the slot at its
-  // position in the window this iteration (the steady sequence, or in an
-  // early iteration that iteration's own).
-  const PlannedRequest* DynamicSlot();
+  // The expected end of a request of the current dynamic window at
+  // `position` in it (what the request there lived last iteration, else
+  // the window's end), and its birth record.
+  int64_t DynamicUntil(uint32_t position, DynamicBirth* birth);
+  // Counts a request of the current dynamic window (its position in the
+  // window this iteration goes to *position) and returns its planned slot
+  // if the plan serves it there (null otherwise): while the plan is in
+  // force (not in the set-up, a trial or a suspension), the slot at that
+  // position (WindowSequence).
+  const PlannedRequest* DynamicSlot(uint32_t* position);
+  // The current window's requests this iteration: the steady ones, or an
+  // early iteration's own (null in the set-up or an early iteration the
+  // plan has none for). REQUIRES: window_ (and so active_).
+  const WindowRequests* WindowSequence() const;
   // A module marked dynamic was entered: a new call of window_'s module,
   // whose requests start at that call's first slot. REQUIRES: window_.
   void StartWindowCall();
@@ -436,10 +441,8 @@ class Allocator {
   // Sets window_ for the innermost open dynamic module and the phase.
   void FindWindow();
   std::string phase_;  // the current phase
-  // Requests of each dynamic window this iteration, and the position of the
-  // latest one in its window (DynamicSlot).
+  // Requests of each dynamic window this iteration (DynamicSlot).
   std::unordered_map<const DynamicWindow*, uint32_t> window_requests_;
-  uint32_t window_ordinal_ = 0;
   // Calls of each dynamic window's module this iteration (StartWindowCall).
   std::unordered_map<const DynamicWindow*, uint32_t> window_calls_;
   FlatMap<DynamicBirth> dynamic_births_;  // by address

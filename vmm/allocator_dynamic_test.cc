@@ -41,7 +41,7 @@ RuntimePlan MoePlan() {
   window.module = "moe@forward";
   window.start = 2;
   window.end = 10;
-  window.requests = {{2 * kG, 4 * kG, 2, 8}, {kG, 6 * kG, 3, 9}};
+  window.steady.requests = {{2 * kG, 4 * kG, 2, 8}, {kG, 6 * kG, 3, 9}};
   plan.windows = {window};
   return plan;
 }
@@ -138,8 +138,8 @@ TEST(AllocatorDynamicTest, EveryCallOfTheModuleStartsAtItsOwnSlots) {
   RuntimePlan plan = MoePlan();
   // Call 1: slots 0 and 1 (granules 4-5, 6); call 2: slot 2 (granule 7).
   plan.region_bytes = 8 * kG;
-  plan.windows[0].requests.push_back({kG, 7 * kG, 10, 12});
-  plan.windows[0].occurrence = {1, 1, 2};
+  plan.windows[0].steady.requests.push_back({kG, 7 * kG, 10, 12});
+  plan.windows[0].steady.calls = {1, 1, 2};
   ASSERT_TRUE(a->LoadPlan(plan).ok());
   a->IterationBegin(0);
   a->Phase("forward");

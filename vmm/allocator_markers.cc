@@ -87,10 +87,10 @@ void Allocator::FindWindow() {
   }
 }
 
-int64_t Allocator::DynamicUntil(DynamicBirth* birth) {
+int64_t Allocator::DynamicUntil(uint32_t position, DynamicBirth* birth) {
   if (window_ == nullptr || active_ == nullptr) return ExtraUntil();
   birth->window = window_;
-  birth->ordinal = window_ordinal_;
+  birth->ordinal = position;
   birth->time = active_->matcher.now();
   birth->iteration = stats_.iterations;
   auto it = lifetimes_.find(window_);
@@ -101,43 +101,35 @@ int64_t Allocator::DynamicUntil(DynamicBirth* birth) {
   return window_->end;
 }
 
-void Allocator::StartWindowCall() {
-  const uint32_t call = ++window_calls_[window_];
-  const std::vector<uint32_t>* occurrence = &window_->occurrence;
-  if (active_->matcher.in_prologue()) {
-    const int64_t j = active_->matcher.prologue_iteration();
-    if (j < 0 || static_cast<size_t>(j) >= window_->early_occurrence.size())
-      return;
-    occurrence = &window_->early_occurrence[j];
-  }
-  // The call's first entry; a call the plan never saw takes no slot.
-  auto first = std::find(occurrence->begin(), occurrence->end(), call);
-  if (first != occurrence->end()) {
-    window_requests_[window_] =
-        static_cast<uint32_t>(first - occurrence->begin());
-  } else if (!occurrence->empty()) {
-    window_requests_[window_] = static_cast<uint32_t>(occurrence->size());
-  }
+const WindowRequests* Allocator::WindowSequence() const {
+  if (!active_->matcher.in_prologue()) return &window_->steady;
+  // An early iteration's own requests; none in the set-up.
+  const int64_t j = active_->matcher.prologue_iteration();
+  if (j < 0 || static_cast<size_t>(j) >= window_->early.size()) return nullptr;
+  return &window_->early[j];
 }
 
-const PlannedRequest* Allocator::DynamicSlot() {
+void Allocator::StartWindowCall() {
+  const uint32_t call = ++window_calls_[window_];
+  const WindowRequests* sequence = WindowSequence();
+  if (sequence == nullptr || sequence->calls.empty()) return;
+  // The call's first request; a call the plan never saw takes no slot.
+  const auto first =
+      std::find(sequence->calls.begin(), sequence->calls.end(), call);
+  window_requests_[window_] =
+      static_cast<uint32_t>(first - sequence->calls.begin());
+}
+
+const PlannedRequest* Allocator::DynamicSlot(uint32_t* position) {
   if (window_ == nullptr) return nullptr;
-  window_ordinal_ = window_requests_[window_]++;
+  *position = window_requests_[window_]++;
   if (serving_ == nullptr || trial_left_ > 0) return nullptr;
-  // The steady slots, or in an early iteration its own sequence (none in
-  // the set-up).
-  const std::vector<PlannedRequest>* slots = &window_->requests;
-  if (serving_->matcher.in_prologue()) {
-    const int64_t j = serving_->matcher.prologue_iteration();
-    if (j < 0 || static_cast<size_t>(j) >= window_->early.size())
-      return nullptr;
-    slots = &window_->early[j];
-  }
   // The slot at the request's position in its window this iteration.
-  const size_t n = window_ordinal_;
-  if (n >= slots->size()) return nullptr;
-  const PlannedRequest* slot = &(*slots)[n];
-  return slot->offset == kUnplanned ? nullptr : slot;
+  const WindowRequests* sequence = WindowSequence();
+  if (sequence == nullptr || *position >= sequence->requests.size())
+    return nullptr;
+  const PlannedRequest& slot = sequence->requests[*position];
+  return slot.offset == kUnplanned ? nullptr : &slot;
 }
 
 void Allocator::LearnDynamicLifetime(const DynamicBirth& birth) {

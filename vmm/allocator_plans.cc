@@ -57,9 +57,11 @@ Status Allocator::CheckPlan(const RuntimePlan& plan,
   if (plan.period < 0) return InvalidArgumentError("negative plan period");
   const uint64_t granules = plan.region_bytes / granularity_;
   for (const DynamicWindow& w : plan.windows) {
-    LOOM_RETURN_IF_ERROR(check(w.requests, "dynamic window"));
-    for (const std::vector<PlannedRequest>& early : w.early)
-      LOOM_RETURN_IF_ERROR(check(early, "dynamic window (early iteration)"));
+    LOOM_RETURN_IF_ERROR(check(w.steady.requests, "dynamic window"));
+    for (const WindowRequests& early : w.early) {
+      LOOM_RETURN_IF_ERROR(
+          check(early.requests, "dynamic window (early iteration)"));
+    }
     for (uint32_t k : w.idle_granules) {
       if (k >= granules) {
         return InvalidArgumentError(
@@ -189,7 +191,7 @@ uint64_t Allocator::PersistentFloor() const {
     add(v->plan.prologue);
     // State made inside a module left open (early iterations' windows).
     for (const DynamicWindow& w : v->plan.windows) {
-      for (const std::vector<PlannedRequest>& early : w.early) add(early);
+      for (const WindowRequests& early : w.early) add(early.requests);
     }
   }
   uint64_t floor = 0;
@@ -251,8 +253,8 @@ void Allocator::ShiftPlan(RuntimePlan& plan, uint64_t by) const {
         if (r.offset != kUnplanned) r.offset += static_cast<int64_t>(by);
       }
     };
-    shift(w.requests);
-    for (std::vector<PlannedRequest>& early : w.early) shift(early);
+    shift(w.steady.requests);
+    for (WindowRequests& early : w.early) shift(early.requests);
   }
   plan.region_bytes += by;
 }

@@ -70,19 +70,22 @@ StatusOr<RuntimePlan> ToRuntimePlan(const plan::PlanFile& file,
       DynamicWindow window;
       window.module = seq.window;
       window.start = INT64_MAX;
-      for (const plan::RequestRef& r : seq.requests) {
+      for (const plan::RequestRef& r : seq.steady.requests) {
         window.start = std::min(window.start, r.start);
         window.end = std::max(window.end, r.end);
       }
-      if (seq.requests.empty()) window.start = 0;
+      if (seq.steady.requests.empty()) window.start = 0;
       plan.windows.push_back(std::move(window));
       it = std::prev(plan.windows.end());
     }
-    convert(seq.requests, it->requests);
-    for (const std::vector<plan::RequestRef>& early : seq.early)
-      convert(early, it->early.emplace_back());
-    it->occurrence = seq.occurrence;
-    it->early_occurrence = seq.early_occurrence;
+    auto convert_window = [&](const plan::WindowRequests& from,
+                              WindowRequests& to) {
+      convert(from.requests, to.requests);
+      to.calls = from.calls;
+    };
+    convert_window(seq.steady, it->steady);
+    for (const plan::WindowRequests& early : seq.early)
+      convert_window(early, it->early.emplace_back());
   }
   return plan;
 }

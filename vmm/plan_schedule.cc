@@ -28,8 +28,7 @@ PlanSchedule::PlanSchedule(const RuntimePlan& plan, uint64_t granularity)
   // windows (at their slots, or persistent).
   std::vector<const std::vector<PlannedRequest>*> once{&plan.prologue};
   for (const DynamicWindow& w : plan.windows) {
-    for (const std::vector<PlannedRequest>& early : w.early)
-      once.push_back(&early);
+    for (const WindowRequests& early : w.early) once.push_back(&early.requests);
   }
   // Persistent: entries planned for the whole period.
   for (const std::vector<PlannedRequest>* seq : once) {
@@ -41,7 +40,8 @@ PlanSchedule::PlanSchedule(const RuntimePlan& plan, uint64_t granularity)
   }
   // Every iteration: the sequence and the dynamic windows' slots.
   std::vector<const std::vector<PlannedRequest>*> repeated{&plan.iteration};
-  for (const DynamicWindow& w : plan.windows) repeated.push_back(&w.requests);
+  for (const DynamicWindow& w : plan.windows)
+    repeated.push_back(&w.steady.requests);
   for (const std::vector<PlannedRequest>* seq : repeated) {
     for (const PlannedRequest& r : *seq) {
       const int64_t start = plan.period > 0 ? r.start % plan.period : r.start;

@@ -38,6 +38,16 @@ struct PlannedRequest {
                          const PlannedRequest&) = default;
 };
 
+// One iteration's requests of a dynamic window, in order, and per request
+// the call of the window's module it was made in (1 for the iteration's
+// first; 0: the module was entered in another phase): each call of the
+// module starts at its first request, so a call that made fewer (an expert
+// without tokens) shifts no later call.
+struct WindowRequests {
+  std::vector<PlannedRequest> requests;
+  std::vector<uint32_t> calls;  // as many as `requests`
+};
+
 // A dynamic module's window ("module@phase"): the granules of the static
 // region idle during it, and the slots of its requests.
 struct DynamicWindow {
@@ -45,20 +55,13 @@ struct DynamicWindow {
   int64_t start = 0;   // iteration time of the window
   int64_t end = 0;
   std::vector<uint32_t> idle_granules;  // static-region granule indices
-  // The n-th request of the window in an iteration: its slot (size: the
-  // largest recorded there; offset kUnplanned if it has none).
-  std::vector<PlannedRequest> requests;
+  // The n-th request of the window in a steady iteration: its slot (size:
+  // the largest recorded there; offset kUnplanned if it has none).
+  WindowRequests steady;
   // Per early iteration (the prologue's, 0-based), its requests in the
   // window: at the slots of the steady ones they line up with, persistent
   // ranges (state made inside a module left open), or kUnplanned.
-  std::vector<std::vector<PlannedRequest>> early;
-  // Per entry of `requests` (and of each early iteration's), the call of
-  // the window's module it was made in (1 for the iteration's first; 0:
-  // the module was entered in another phase): each call of the module
-  // starts at its first entry, so a call that made fewer requests (an
-  // expert without tokens) shifts no later call.
-  std::vector<uint32_t> occurrence;
-  std::vector<std::vector<uint32_t>> early_occurrence;
+  std::vector<WindowRequests> early;
 };
 
 struct RuntimePlan {

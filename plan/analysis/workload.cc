@@ -41,7 +41,7 @@ class WorkloadBuilder {
   std::vector<std::pair<uint32_t, bool>> modules_;  // (name, dynamic)
   int dynamic_open_ = 0;
   // Enters of each dynamic module, by phase, in the current iteration.
-  std::map<std::pair<uint32_t, int32_t>, int32_t> enters_;
+  std::map<std::pair<uint32_t, int32_t>, uint32_t> enters_;
   std::unordered_map<uint32_t, int32_t> phase_of_name_;
   int32_t phase_ = kNone;
   int32_t iteration_ = kNoIteration;
@@ -71,7 +71,7 @@ void WorkloadBuilder::Add(const Event& e,
       if (a.alloc_dynamic_module != kNone) {
         auto it = enters_.find(
             {static_cast<uint32_t>(a.alloc_dynamic_module), phase_});
-        a.dynamic_occurrence = it != enters_.end() ? it->second : 0;
+        a.dynamic_call = it != enters_.end() ? it->second : 0;
       }
       live_[e.id] = w_.allocations.size();
       w_.allocations.push_back(a);

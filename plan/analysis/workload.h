@@ -61,7 +61,7 @@ struct Allocation {
   // How many times, in this iteration, that module was entered in the
   // current phase (1 for its first call; 0 if entered in another phase): a
   // pipeline runs an MoE layer once per micro-batch.
-  int32_t dynamic_occurrence = 0;
+  uint32_t dynamic_call = 0;
   bool dynamic = false;  // a module marked dynamic was open at allocation
 
   bool freed() const { return free_time != kNever; }

@@ -107,9 +107,9 @@ Status DecodeDynamicRequests(
       return DataLossError("{}: DREQ: window '{}' out of order or repeated",
                            source, seq.window);
     }
-    // A counted run of entries (the steady slots, an early iteration's).
-    auto read_entries = [&](std::vector<RequestRef>& out,
-                            std::vector<uint32_t>& occurrence) -> Status {
+    // A counted run of entries (the steady slots, an early iteration's),
+    // then each one's call.
+    auto read_run = [&](WindowRequests& out) -> Status {
       LOOM_ASSIGN_OR_RETURN(uint64_t count, r.Varint("entry count"));
       if (count > r.remaining() / 4) {
         return DataLossError(
@@ -117,34 +117,32 @@ Status DecodeDynamicRequests(
             "{} bytes",
             source, seq.window, count, r.remaining());
       }
-      out.reserve(count);
+      out.requests.reserve(count);
       for (uint64_t i = 0; i < count; ++i, ++entry) {
         LOOM_ASSIGN_OR_RETURN(RequestRef ref, ReadEntry(r, plan, index_of,
                                                         source, "DREQ", entry));
-        out.push_back(ref);
+        out.requests.push_back(ref);
       }
-      occurrence.reserve(count);
+      out.calls.reserve(count);
       for (uint64_t i = 0; i < count; ++i) {
-        LOOM_ASSIGN_OR_RETURN(uint64_t o, r.Varint("occurrence"));
-        if (o > (uint64_t{1} << 31)) {
-          return OutOfRangeError("{}: DREQ: window '{}': occurrence {}", source,
-                                 seq.window, o);
+        LOOM_ASSIGN_OR_RETURN(uint64_t call, r.Varint("call"));
+        if (call > (uint64_t{1} << 31)) {
+          return OutOfRangeError("{}: DREQ: window '{}': call {}", source,
+                                 seq.window, call);
         }
-        occurrence.push_back(static_cast<uint32_t>(o));
+        out.calls.push_back(static_cast<uint32_t>(call));
       }
       return OkStatus();
     };
-    LOOM_RETURN_IF_ERROR(read_entries(seq.requests, seq.occurrence));
+    LOOM_RETURN_IF_ERROR(read_run(seq.steady));
     LOOM_ASSIGN_OR_RETURN(uint64_t early, r.Varint("early iteration count"));
     if (early > static_cast<uint64_t>(table.prologue_iterations)) {
       return OutOfRangeError(
           "{}: DREQ: window '{}': {} early iterations, the plan has {}", source,
           seq.window, early, table.prologue_iterations);
     }
-    for (uint64_t j = 0; j < early; ++j) {
-      LOOM_RETURN_IF_ERROR(read_entries(seq.early.emplace_back(),
-                                        seq.early_occurrence.emplace_back()));
-    }
+    for (uint64_t j = 0; j < early; ++j)
+      LOOM_RETURN_IF_ERROR(read_run(seq.early.emplace_back()));
     table.dynamic.push_back(std::move(seq));
   }
   if (r.remaining() != 0) {
@@ -175,25 +173,16 @@ std::vector<PlanSection> EncodeRequestTable(const RequestTable& table) {
   for (const DynamicSequence& seq : table.dynamic) {
     AppendVarint(&dynamic.payload, seq.window.size());
     dynamic.payload += seq.window;
-    // A counted run of entries, then each one's occurrence (0 if none).
-    auto append_run = [&](const std::vector<RequestRef>& run,
-                          const std::vector<uint32_t>* occurrence) {
-      AppendVarint(&dynamic.payload, run.size());
-      for (const RequestRef& r : run) AppendEntry(dynamic.payload, r);
-      for (size_t i = 0; i < run.size(); ++i) {
-        AppendVarint(&dynamic.payload,
-                     occurrence != nullptr && i < occurrence->size()
-                         ? (*occurrence)[i]
-                         : 0);
-      }
+    // A counted run of entries, then each one's call.
+    auto append_run = [&](const WindowRequests& run) {
+      AppendVarint(&dynamic.payload, run.requests.size());
+      for (const RequestRef& r : run.requests) AppendEntry(dynamic.payload, r);
+      for (size_t i = 0; i < run.requests.size(); ++i)
+        AppendVarint(&dynamic.payload, i < run.calls.size() ? run.calls[i] : 0);
     };
-    append_run(seq.requests, &seq.occurrence);
+    append_run(seq.steady);
     AppendVarint(&dynamic.payload, seq.early.size());
-    for (size_t j = 0; j < seq.early.size(); ++j) {
-      append_run(seq.early[j], j < seq.early_occurrence.size()
-                                   ? &seq.early_occurrence[j]
-                                   : nullptr);
-    }
+    for (const WindowRequests& early : seq.early) append_run(early);
   }
   sections.push_back(std::move(dynamic));
   return sections;

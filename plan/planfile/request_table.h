@@ -14,9 +14,9 @@
 // made at that position (section DREQ, optional: a reader without it serves
 // every dynamic request from the dynamic space). Payload: window count,
 // then per window its name (length, bytes), entry count, entries as in
-// REQS and each entry's occurrence, then the count of early iterations (at
-// most prologue_iterations) and per early iteration the same (entry count,
-// entries, occurrences).
+// REQS and each entry's call, then the count of early iterations (at most
+// prologue_iterations) and per early iteration the same (entry count,
+// entries, calls).
 // A plan made from a trace carries it; one made from a CSV instance does
 // not (the runtime refuses such a plan with a clear message). The decoder
 // checks every value against the plan (buffer indices, sizes no larger than
@@ -43,20 +43,26 @@ struct RequestRef {
   friend bool operator==(const RequestRef&, const RequestRef&) = default;
 };
 
-// The requests of one dynamic window in an iteration, in order.
-struct DynamicSequence {
-  std::string window;  // "module@phase", as the plan's DYNS windows
+// One iteration's requests of a dynamic window, in order, and per request
+// the call of the window's module it was made in (1 for the iteration's
+// first call; 0 if the module was entered in another phase): the run time
+// starts each call at its first request.
+struct WindowRequests {
   std::vector<RequestRef> requests;
-  // Per entry of `requests`, the call of the window's module it was made in
-  // (1 for the first call of the iteration; 0 if the module was entered in
-  // another phase): the run time starts each call at its first entry.
-  std::vector<uint32_t> occurrence;
+  std::vector<uint32_t> calls;  // as many as `requests`
+  friend bool operator==(const WindowRequests&,
+                         const WindowRequests&) = default;
+};
+
+// The requests of one dynamic window.
+struct DynamicSequence {
+  std::string window;     // "module@phase", as the plan's DYNS windows
+  WindowRequests steady;  // the steady iteration's: the slots
   // Per early iteration (the prologue's, 0-based), its requests in the
-  // window: at the slot of the steady request they line up with (by
-  // position when as many, else by size), persistent buffers (optimizer
+  // window: at the slot of the steady request at the same position of the
+  // same call (when the call made as many), persistent buffers (optimizer
   // state made inside a module left open), or unplanned.
-  std::vector<std::vector<RequestRef>> early;
-  std::vector<std::vector<uint32_t>> early_occurrence;  // as `occurrence`
+  std::vector<WindowRequests> early;
   friend bool operator==(const DynamicSequence&,
                          const DynamicSequence&) = default;
 };
