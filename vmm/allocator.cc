@@ -297,8 +297,9 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       }
     }
   } else {
-    // No plan, or the plan does not fit this iteration (suspended): the
-    // dynamic space, which may take any idle static page.
+    // No plan, or the plan does not fit this iteration (suspended) or lost:
+    // the region's idle bytes, then the dynamic space, which may take any
+    // idle static page.
     if (active_ != nullptr) {
       ++stats_.suspended_requests;
       // In the prologue the matcher's cursor keeps its place across
@@ -307,7 +308,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       if (active_->matcher.in_prologue() && !referee_.lost())
         active_->matcher.Next(size);
     }
-    ptr = AllocateInArena(size, stream, -1);
+    ptr = ServeUnforeseen(size, stream, -1, {}, &where);
   }
   if (!ptr.ok()) {
     referee_.OnFree(shadow, size);
@@ -355,27 +356,6 @@ int64_t Allocator::ExtraUntil() const {
   return -1;
 }
 
-StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
-                                               int64_t until,
-                                               std::vector<PageId> preferred,
-                                               Where* where) {
-  const PlanSchedule* plan_schedule = schedule();
-  if (plan_schedule != nullptr && until >= 0 && !active_->matcher.in_setup()) {
-    // Bytes of the static region the plan leaves idle until `until`:
-    // checked free now by the same safety check as a planned hand-out.
-    for (uint64_t offset :
-         plan_schedule->IdleRanges(size, active_->matcher.now(), until, 8)) {
-      if (OccupyStatic(offset, size, stream)) {
-        ++stats_.idle_static_placements;
-        *where = Where::kStatic;
-        return region_->base() + offset;
-      }
-    }
-  }
-  *where = Where::kArena;
-  return AllocateInArena(size, stream, until, std::move(preferred));
-}
-
 std::optional<DevicePtr> Allocator::TryStatic(const PlannedRequest& entry,
                                               uint64_t size, Stream stream) {
   const uint64_t offset = static_cast<uint64_t>(entry.offset);
@@ -400,38 +380,6 @@ bool Allocator::BackStatic(uint64_t offset, uint64_t size, Stream stream) {
   // out-of-memory path there if memory is exhausted).
   region_->Release(offset, size, FreeTag{});
   return false;
-}
-
-StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
-                                               int64_t until,
-                                               std::vector<PageId> preferred) {
-  RequestContext context;
-  context.stream = stream;
-  context.until = until;
-  if (active_ != nullptr) {
-    context.now = active_->matcher.now();
-    context.in_setup = active_->matcher.in_setup();
-  }
-  context.preferred = std::move(preferred);
-  const PlanSchedule* plan_schedule = schedule();
-  LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), plan_schedule,
-                       context, [this] { UpdateReserved(); });
-  StatusOr<DevicePtr> ptr = arena_->Allocate(size, stream, until, policy);
-  if (!ptr.ok() && ptr.status().code() == StatusCode::kOutOfMemory) {
-    // Release what is cached and try once more (PyTorch's OOM retry).
-    ++stats_.num_alloc_retries;
-    Status released = EmptyCacheLocked();
-    if (released.ok()) {
-      LendingPolicy retry(pool_, tracker_, *arena_, region_.get(),
-                          plan_schedule, std::move(context),
-                          [this] { UpdateReserved(); });
-      ptr = arena_->Allocate(size, stream, until, retry);
-    }
-  }
-  UpdateReserved();
-  if (!ptr.ok() && ptr.status().code() == StatusCode::kOutOfMemory)
-    ++stats_.num_ooms;
-  return ptr;
 }
 
 Status Allocator::Free(DevicePtr ptr) {
@@ -506,6 +454,8 @@ void Allocator::FinishFree(DevicePtr ptr, const Allocation& allocation,
   if (allocation.in_module) module_live_ -= allocation.size;
   if (allocation.where == Where::kStatic) {
     region_->Release(ptr - region_->base(), allocation.size, tag);
+    if (idle_region_.has_value()) [[unlikely]]
+      idle_region_->Give(ptr - region_->base(), allocation.size, "idle region");
     stats_.static_bytes.Decrease(allocation.size);
   } else {
     arena_->Free(ptr, allocation.size, tag);

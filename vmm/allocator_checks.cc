@@ -147,6 +147,22 @@ void Allocator::CheckInvariants() const {
     LOOM_CHECK(p.static_users == 0 || p.static_granule != kNoGranule);
     LOOM_CHECK(p.arena_users == 0 || p.arena_granule != kNoGranule);
   }
+  // The idle region's index holds only free bytes of backed granules.
+  if (idle_region_.has_value()) {
+    LOOM_CHECK(region_ != nullptr, "idle region index without a region");
+    idle_region_->CheckInvariants(region_->bytes(), "idle region");
+    idle_region_->ForEach([&](uint64_t offset, uint64_t size) {
+      LOOM_CHECK(region_->RangeFree(offset, size),
+                 "idle region block [{}, {}) overlaps a live allocation",
+                 offset, offset + size);
+      for (uint64_t k = offset / granularity_;
+           k <= (offset + size - 1) / granularity_; ++k) {
+        LOOM_CHECK(region_->page(static_cast<uint32_t>(k)) != kNoPage,
+                   "idle region block [{}, {}) on an unbacked granule", offset,
+                   offset + size);
+      }
+    });
+  }
 }
 
 }  // namespace loom::vmm

@@ -288,6 +288,7 @@ Status Allocator::UnloadPlans() {
   active_ = serving_ = nullptr;
   probed_ = kProbeRequests;
   variants_.clear();
+  idle_region_.reset();
   region_.reset();
   ++stats_.plans_unloaded;
   return OkStatus();

@@ -2,7 +2,8 @@
 // more than the dynamic space alone would stops serving, the decision and
 // its numbers are in the stats, a re-plan is judged afresh, and nothing of
 // it breaks the invariants (randomized, with real memory on the host
-// backend).
+// backend); the idle region (a plan that no longer serves lends its backed
+// bytes in place) holds no new memory and keeps every allocation intact.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -38,6 +39,40 @@ std::unique_ptr<Allocator> Make(Driver& driver) {
 RuntimePlan StackPlan(uint64_t unit) {
   return test_plans::StackPlan(unit, kN, kG);
 }
+
+// Live allocations, each stamped with a byte of its own in real memory:
+// every free checks its stamp first.
+class Stamped {
+ public:
+  Stamped(Allocator& a, HostDriver& d) : a_(a), d_(d) {}
+  void Allocate(uint64_t size) {
+    StatusOr<DevicePtr> p = a_.Allocate(size, 0);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ++stamp_;
+    ASSERT_TRUE(d_.Memset(*p, stamp_, size).ok());
+    live_[*p] = {size, stamp_};
+  }
+  // Frees the index-th live allocation (by address).
+  void Free(size_t index) {
+    auto at = live_.begin();
+    std::advance(at, index);
+    std::vector<uint8_t> back(at->second.first);
+    ASSERT_TRUE(d_.CopyToHost(back.data(), at->first, back.size()).ok());
+    for (uint8_t b : back) ASSERT_EQ(b, at->second.second);
+    ASSERT_TRUE(a_.Free(at->first).ok());
+    live_.erase(at);
+  }
+  void FreeAll() {
+    while (!live_.empty()) ASSERT_NO_FATAL_FAILURE(Free(0));
+  }
+  size_t size() const { return live_.size(); }
+
+ private:
+  Allocator& a_;
+  HostDriver& d_;
+  std::map<DevicePtr, std::pair<uint64_t, uint8_t>> live_;
+  uint8_t stamp_ = 0;
+};
 
 TEST(AllocatorRefereeTest, APlanIsNotJudgedOnItsOwnRegionWhileItFits) {
   auto d = Host();
@@ -98,35 +133,104 @@ TEST(AllocatorRefereeTest, SeededRandomizedRunKeepsEveryAllocationIntact) {
     auto d = Host();
     auto a = Make(*d);
     ASSERT_TRUE(a->LoadPlan(StackPlan(kG)).ok());
-    std::map<DevicePtr, std::pair<uint64_t, uint8_t>> live;
-    uint8_t stamp = 0;
+    Stamped live(*a, *d);
     for (uint64_t it = 0; it < 4; ++it) {
       a->IterationBegin(it);
       for (int step = 0; step < kN; ++step) {
-        if (live.empty() || rng() % 3 != 0) {
+        if (live.size() == 0 || rng() % 3 != 0) {
           const uint64_t size =
               rng() % 4 == 0 ? 1 + rng() % (3 * kG) : kG;  // mostly planned
-          StatusOr<DevicePtr> p = a->Allocate(size, 0);
-          ASSERT_TRUE(p.ok()) << p.status().ToString();
-          ++stamp;
-          ASSERT_TRUE(d->Memset(*p, stamp, size).ok());
-          live[*p] = {size, stamp};
+          ASSERT_NO_FATAL_FAILURE(live.Allocate(size));
         } else {
-          auto at = live.begin();
-          std::advance(at, rng() % live.size());
-          std::vector<uint8_t> back(at->second.first);
-          ASSERT_TRUE(d->CopyToHost(back.data(), at->first, back.size()).ok());
-          for (uint8_t b : back) ASSERT_EQ(b, at->second.second);
-          ASSERT_TRUE(a->Free(at->first).ok());
-          live.erase(at);
+          ASSERT_NO_FATAL_FAILURE(live.Free(rng() % live.size()));
         }
         if (step % 97 == 0) a->CheckInvariants();
       }
       a->IterationEnd(it);
     }
-    for (const auto& [ptr, what] : live) ASSERT_TRUE(a->Free(ptr).ok());
+    ASSERT_NO_FATAL_FAILURE(live.FreeAll());
     a->CheckInvariants();
   }
+}
+
+// A plan that does not fit a run without iteration markers is suspended
+// for the rest of it: the region's backed bytes that no live allocation
+// occupies serve the requests that follow, with no new memory and no
+// driver call, and every allocation keeps its bytes.
+TEST(AllocatorRegionReuseTest,
+     ASuspendedPlanWithoutMarkersServesFromItsRegion) {
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG)).ok());
+  // Half the plan's buffers come and go: their granules stay backed.
+  std::vector<DevicePtr> planned;
+  for (int i = 0; i < kN / 2; ++i) {
+    StatusOr<DevicePtr> p = a->Allocate(kG, 0);
+    ASSERT_TRUE(p.ok());
+    planned.push_back(*p);
+  }
+  ASSERT_EQ(a->stats().plan_hits, static_cast<uint64_t>(kN / 2));
+  // One stays live in the middle of them: the region's idle bytes are two
+  // blocks around it.
+  for (int i = 0; i < kN / 2; ++i) {
+    if (i != kN / 4) ASSERT_TRUE(a->Free(planned[i]).ok());
+  }
+  // Then requests the plan never saw: it is suspended (no marker will end
+  // the suspension); they live on.
+  Stamped live(*a, *d);
+  for (int i = 0; i < 24; ++i) ASSERT_NO_FATAL_FAILURE(live.Allocate(kG / 3));
+  ASSERT_GE(a->stats().plan_suspensions, 1u);
+  const AllocatorStats before = a->stats();
+  // Requests of up to a quarter of the plan: all in the region's idle
+  // granules.
+  for (int i = 0; i < kN / 8; ++i) {
+    ASSERT_NO_FATAL_FAILURE(live.Allocate(2 * kG - 512));
+  }
+  a->CheckInvariants();
+  const AllocatorStats after = a->stats();
+  EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current);
+  for (DriverOp op : {DriverOp::kCreate, DriverOp::kMap, DriverOp::kUnmap,
+                      DriverOp::kSetAccess}) {
+    EXPECT_EQ(after.driver_calls[static_cast<size_t>(op)],
+              before.driver_calls[static_cast<size_t>(op)])
+        << DriverOpName(op);
+  }
+  EXPECT_EQ(after.region_reuses - before.region_reuses,
+            static_cast<uint64_t>(kN / 8));
+  EXPECT_EQ(after.static_bytes.current - before.static_bytes.current,
+            uint64_t{kN / 8} * (2 * kG - 512));
+  ASSERT_NO_FATAL_FAILURE(live.FreeAll());
+  ASSERT_TRUE(a->Free(planned[kN / 4]).ok());
+  a->CheckInvariants();
+}
+
+// Random requests and frees without iteration markers, the plan suspended
+// and its region reused: every allocation's bytes stay its own (real
+// memory) and the invariants (the idle region's index among them) hold
+// after every step.
+TEST(AllocatorRegionReuseTest, SeededRandomizedRunWithoutMarkersStaysIntact) {
+  uint64_t reuses = 0;
+  for (uint32_t seed : {1u, 2u, 3u, 4u}) {
+    std::mt19937_64 rng(seed);
+    auto d = Host();
+    auto a = Make(*d);
+    ASSERT_TRUE(a->LoadPlan(StackPlan(kG)).ok());
+    Stamped live(*a, *d);
+    for (int step = 0; step < 3 * kN; ++step) {
+      if (live.size() == 0 || rng() % 3 != 0) {
+        // Planned first, then more and more requests the plan never saw.
+        const bool odd = step > kN / 2 && rng() % 2 == 0;
+        ASSERT_NO_FATAL_FAILURE(live.Allocate(odd ? 1 + rng() % (3 * kG) : kG));
+      } else {
+        ASSERT_NO_FATAL_FAILURE(live.Free(rng() % live.size()));
+      }
+      a->CheckInvariants();
+    }
+    reuses += a->stats().region_reuses;
+    ASSERT_NO_FATAL_FAILURE(live.FreeAll());
+    a->CheckInvariants();
+  }
+  EXPECT_GT(reuses, 20u);
 }
 
 }  // namespace

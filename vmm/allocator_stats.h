@@ -62,6 +62,9 @@ struct AllocatorStats {
   // Requests the plan did not place served from static bytes the plan
   // leaves idle while they live (plan_schedule.h).
   uint64_t idle_static_placements = 0;
+  // Requests served, while no plan serves (suspended or lost), from the
+  // static region's backed bytes that no live allocation occupies.
+  uint64_t region_reuses = 0;
   uint64_t iterations = 0;              // iteration-begin markers seen
   double last_iteration_hit_rate = -1;  // -1 until an iteration completes
   // Plans: variants installed, plans unloaded, how often the plan did not

@@ -148,6 +148,19 @@ void Arena::UnmapFresh(const std::vector<uint64_t>& heads) {
   }
 }
 
+uint64_t Arena::MappedFit(uint64_t size, Stream stream, int64_t until,
+                          PagePolicy& policy) const {
+  size = RoundUp(size, kArenaAlignment);
+  int examined = 0;
+  for (auto it = free_.FirstFitting(size);
+       it != free_.end() && examined < kMaxBlocksExamined; ++it, ++examined) {
+    const Candidate c =
+        Examine(it->second, it->first, size, stream, until, policy);
+    if (c.found && c.unmapped == 0) return it->first;
+  }
+  return kNoFit;
+}
+
 StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
                                     PagePolicy& policy) {
   if (size == 0) return InvalidArgumentError("arena: size 0");

@@ -82,6 +82,12 @@ class Arena {
   // again.
   StatusOr<DevicePtr> Allocate(uint64_t size, Stream stream, int64_t until,
                                PagePolicy& policy);
+  // The size of the free block Allocate would place `size` bytes in without
+  // mapping anything (the best fit among mapped granules), or kNoFit when
+  // it would need new pages. Allocates nothing.
+  static constexpr uint64_t kNoFit = ~uint64_t{0};
+  uint64_t MappedFit(uint64_t size, Stream stream, int64_t until,
+                     PagePolicy& policy) const;
   // REQUIRES: (ptr, size) is a live allocation made by Allocate(size, ...).
   // Fences its bytes with `tag` (the free's stream may still use them).
   void Free(DevicePtr ptr, uint64_t size, const FreeTag& tag) {

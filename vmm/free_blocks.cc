@@ -9,7 +9,7 @@ namespace loom::vmm {
 void FreeBlocks::Reset(uint64_t space) {
   by_offset_.clear();
   by_size_.clear();
-  Insert(0, space);
+  if (space > 0) Insert(0, space);
 }
 
 void FreeBlocks::Insert(uint64_t offset, uint64_t size) {

@@ -20,6 +20,8 @@ class FreeBlocks {
   // (size, offset), ascending: best fit first.
   using BySize = std::set<std::pair<uint64_t, uint64_t>>;
 
+  // Nothing free (ranges come with Give).
+  FreeBlocks() = default;
   // The whole space [0, space) free.
   explicit FreeBlocks(uint64_t space) { Reset(space); }
   void Reset(uint64_t space);
@@ -40,6 +42,12 @@ class FreeBlocks {
   // REQUIRES: the range is not free (checked: `what` names the caller in
   // the failure).
   void Give(uint64_t offset, uint64_t size, const char* what);
+
+  // Calls fn(offset, size) for every free block, by offset.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const auto& [offset, size] : by_offset_) fn(offset, size);
+  }
 
   // Checks the invariants; returns the free bytes. Every block lies below
   // `space`.

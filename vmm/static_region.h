@@ -19,6 +19,7 @@
 #ifndef LOOM_VMM_STATIC_REGION_H_
 #define LOOM_VMM_STATIC_REGION_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -78,6 +79,13 @@ class StaticRegion {
   uint32_t backed_extent() const { return backed_extent_; }
   // Backed ranges, sorted and merged: (address, size).
   std::vector<std::pair<DevicePtr, uint64_t>> MappedRanges() const;
+
+  // The bytes of backed granules that no live static allocation occupies,
+  // on granules whose page passes `usable(page)`: (offset, size) runs,
+  // sorted, adjacent runs merged. O(backed granules).
+  template <typename Usable>
+  std::vector<std::pair<uint64_t, uint64_t>> FreeBackedRanges(
+      Usable&& usable) const;
 
   // True when no live static allocation overlaps [offset, offset + size).
   bool RangeFree(uint64_t offset, uint64_t size) const;
@@ -187,6 +195,37 @@ StaticRegion::Occupied StaticRegion::TryOccupy(uint64_t offset, uint64_t size,
   }
   occupied_bytes_ += size;
   return unbacked ? Occupied::kNeedsBacking : Occupied::kYes;
+}
+
+template <typename Usable>
+std::vector<std::pair<uint64_t, uint64_t>> StaticRegion::FreeBackedRanges(
+    Usable&& usable) const {
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  auto add = [&](uint64_t lo, uint64_t hi) {
+    if (lo >= hi) return;
+    if (!runs.empty() && runs.back().first + runs.back().second == lo) {
+      runs.back().second += hi - lo;
+    } else {
+      runs.emplace_back(lo, hi - lo);
+    }
+  };
+  std::vector<std::pair<uint32_t, uint32_t>> pieces;
+  for (uint32_t k = 0; k < backed_extent_; ++k) {
+    const Granule& granule = granules_[k];
+    if (granule.page == kNoPage || granule.full ||
+        !usable(pool_.page(granule.page)))
+      continue;
+    const uint64_t base = static_cast<uint64_t>(k) << shift_;
+    pieces = granule.partial;
+    std::sort(pieces.begin(), pieces.end());
+    uint64_t at = 0;
+    for (const auto& [a, b] : pieces) {
+      add(base + at, base + a);
+      at = std::max<uint64_t>(at, b);
+    }
+    add(base + at, base + granularity_);
+  }
+  return runs;
 }
 
 }  // namespace loom::vmm

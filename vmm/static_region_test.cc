@@ -509,5 +509,38 @@ TEST_F(StaticRegionDeathTest, ReleasingBytesThatAreNotLiveAborts) {
   region_->Release(0, kG + 512, FreeTag{});
 }
 
+// The free bytes of backed granules, as the allocator's idle region index
+// starts from them: live pieces cut them, unbacked granules and granules
+// whose page the predicate refuses are left out, adjacent runs merge.
+TEST_F(StaticRegionTest, FreeBackedRangesAreTheBackedBytesNoAllocationHolds) {
+  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, kRegion)).value();
+  FixedSource source(pool_, Pages(3), /*prefer_wanted=*/true);
+  // Granules 0..2 backed (one page each), granule 3 never.
+  ASSERT_EQ(region_->TryOccupy(0, 3 * kG, AnyPage),
+            StaticRegion::Occupied::kNeedsBacking);
+  ASSERT_TRUE(region_->Back(0, 3 * kG, source).ok());
+  region_->Release(0, 3 * kG, FreeTag{});
+  auto all = [](const Page&) { return true; };
+  using Runs = std::vector<std::pair<uint64_t, uint64_t>>;
+  EXPECT_EQ(region_->FreeBackedRanges(all), (Runs{{0, 3 * kG}}));
+  // Two live pieces: [100, 612) in granule 0 and all of granule 1 plus 512
+  // bytes of granule 2.
+  ASSERT_EQ(region_->TryOccupy(100, 512, AnyPage),
+            StaticRegion::Occupied::kYes);
+  ASSERT_EQ(region_->TryOccupy(kG, kG + 512, AnyPage),
+            StaticRegion::Occupied::kYes);
+  EXPECT_EQ(region_->FreeBackedRanges(all),
+            (Runs{{0, 100}, {612, kG - 612}, {2 * kG + 512, kG - 512}}));
+  // A page refused (say, mapped in the arena): its granule is left out.
+  const PageId g2 = region_->page(2);
+  EXPECT_EQ(region_->FreeBackedRanges(
+                [&](const Page& p) { return &p != &pool_.page(g2); }),
+            (Runs{{0, 100}, {612, kG - 612}}));
+  region_->Release(100, 512, FreeTag{});
+  region_->Release(kG, kG + 512, FreeTag{});
+  EXPECT_EQ(region_->FreeBackedRanges(all), (Runs{{0, 3 * kG}}));
+  region_->CheckInvariants();
+}
+
 }  // namespace
 }  // namespace loom::vmm

@@ -286,6 +286,7 @@ std::vector<std::pair<std::string, uint64_t>> LoomSimAllocator::Counters()
       {"dynamic_requests", s.dynamic_requests},
       {"dynamic_hits", s.dynamic_hits},
       {"idle_static_placements", s.idle_static_placements},
+      {"region_reuses", s.region_reuses},
       {"arena_maps", s.arena_maps},
       {"static_region_bytes", s.static_region_bytes},
       {"static_backed_bytes", s.static_backed_bytes},

@@ -1,0 +1,182 @@
+// Where a request the plan does not place goes (the allocator's slow
+// path): bytes of the static region the plan leaves idle while it lives; while
+// no plan serves and none will again (Allocator::RegionIsIdle), the region's
+// backed bytes no live allocation occupies or the arena's mapped free space,
+// whichever fits best (docs/design.md, "The idle region"); else the arena,
+// its pages chosen by the lending policy.
+#include "vmm/allocator.h"
+
+namespace loom::vmm {
+namespace {
+
+// The arena's mapped granules only: a request that would need a new page
+// fails instead (nothing is acquired, no driver call).
+class MappedOnly final : public Arena::PagePolicy {
+ public:
+  explicit MappedOnly(Arena::PagePolicy& inner) : inner_(inner) {}
+  bool Usable(PageId page, uint32_t lo, uint32_t hi, Stream stream,
+              int64_t until) override {
+    return inner_.Usable(page, lo, hi, stream, until);
+  }
+  StatusOr<PageRun> Acquire(uint32_t, uint32_t, Stream, int64_t) override {
+    return OutOfMemoryError("mapped granules only");
+  }
+
+ private:
+  Arena::PagePolicy& inner_;
+};
+
+}  // namespace
+
+StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
+                                               int64_t until,
+                                               std::vector<PageId> preferred,
+                                               Where* where) {
+  const PlanSchedule* plan_schedule = schedule();
+  if (plan_schedule != nullptr && until >= 0 && !active_->matcher.in_setup()) {
+    // Bytes of the static region the plan leaves idle until `until`:
+    // checked free now by the same safety check as a planned hand-out.
+    for (uint64_t offset :
+         plan_schedule->IdleRanges(size, active_->matcher.now(), until, 8)) {
+      if (OccupyStatic(offset, size, stream)) {
+        ++stats_.idle_static_placements;
+        *where = Where::kStatic;
+        return region_->base() + offset;
+      }
+    }
+  }
+  if (region_ != nullptr && RegionIsIdle()) {
+    // No plan serves, nor will again as far as loom knows: memory already
+    // held first, without a driver call, best fit across the region's idle
+    // bytes and the arena's mapped free space (a smaller free block wins);
+    // new pages only when neither fits.
+    const uint64_t arena_fit = ArenaMappedFit(size, stream, until);
+    if (std::optional<DevicePtr> placed =
+            PlaceInIdleRegion(size, stream, arena_fit)) {
+      *where = Where::kStatic;
+      return *placed;
+    }
+    if (arena_fit != Arena::kNoFit) {
+      StatusOr<DevicePtr> mapped =
+          AllocateInArena(size, stream, until, {}, /*mapped_only=*/true);
+      if (mapped.ok()) {
+        *where = Where::kArena;
+        return mapped;
+      }
+    }
+  }
+  *where = Where::kArena;
+  return AllocateInArena(size, stream, until, std::move(preferred));
+}
+
+RequestContext Allocator::ContextFor(Stream stream, int64_t until,
+                                     std::vector<PageId> preferred) const {
+  RequestContext context;
+  context.stream = stream;
+  context.until = until;
+  if (active_ != nullptr) {
+    context.now = active_->matcher.now();
+    context.in_setup = active_->matcher.in_setup();
+  }
+  context.preferred = std::move(preferred);
+  return context;
+}
+
+bool Allocator::InChunksServingStatic(uint64_t offset, uint64_t size) const {
+  PageId checked = kNoPage;  // the head of the last chunk found serving
+  for (uint64_t k = offset / granularity_;
+       k <= (offset + size - 1) / granularity_; ++k) {
+    const PageId page = region_->page(static_cast<uint32_t>(k));
+    const PageRun chunk = pool_.ChunkOf(page);
+    if (chunk.first == checked) continue;
+    bool serving = false;
+    for (uint32_t i = 0; i < chunk.count && !serving; ++i) {
+      serving = pool_.page(chunk.first + i).static_users > 0;
+    }
+    if (!serving) return false;
+    checked = chunk.first;
+  }
+  return true;
+}
+
+uint64_t Allocator::ArenaMappedFit(uint64_t size, Stream stream,
+                                   int64_t until) {
+  LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), schedule(),
+                       ContextFor(stream, until, {}),
+                       [this] { UpdateReserved(); });
+  return arena_->MappedFit(size, stream, until, policy);
+}
+
+std::optional<DevicePtr> Allocator::PlaceInIdleRegion(uint64_t size,
+                                                      Stream stream,
+                                                      uint64_t below) {
+  if (!idle_region_.has_value()) {
+    if (region_->backed_bytes() == 0) return std::nullopt;
+    // A page the arena has mapped is the arena's free space (or in use
+    // there): held memory counted once, served from one side.
+    idle_region_.emplace();
+    for (const auto& [offset, bytes] :
+         region_->FreeBackedRanges([](const Page& page) {
+           return page.arena_granule == kNoGranule;
+         })) {
+      idle_region_->Give(offset, bytes, "idle region");
+    }
+  }
+  // Best fit, a few candidates: a block whose page the arena mapped since
+  // (an idle static chunk lent to it), or that another stream's work still
+  // fences, fails the check and stays indexed.
+  int tries = 8;
+  for (auto it = idle_region_->FirstFitting(size);
+       it != idle_region_->end() && it->first < below && tries > 0; ++it) {
+    const auto [bytes, block] = *it;
+    const uint64_t offset = RoundUp(block, kArenaAlignment);
+    if (offset + size > block + bytes) continue;
+    --tries;
+    if (referee_.lost() && !InChunksServingStatic(offset, size)) continue;
+    const StaticRegion::Occupied occupied = region_->TryOccupy(
+        offset, size, [&](Page& page, uint32_t lo, uint32_t hi) {
+          return page.arena_granule == kNoGranule &&
+                 FencesAllow(page, lo, hi, stream, tracker_);
+        });
+    if (occupied == StaticRegion::Occupied::kNo) continue;
+    // Only backed granules are indexed (a granule stays backed).
+    LOOM_CHECK(occupied == StaticRegion::Occupied::kYes,
+               "idle region block at {} is not backed", offset);
+    idle_region_->Take(block, offset, size);
+    ++stats_.region_reuses;
+    return region_->base() + offset;
+  }
+  return std::nullopt;
+}
+
+StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
+                                               int64_t until,
+                                               std::vector<PageId> preferred,
+                                               bool mapped_only) {
+  RequestContext context = ContextFor(stream, until, std::move(preferred));
+  const PlanSchedule* plan_schedule = schedule();
+  LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), plan_schedule,
+                       context, [this] { UpdateReserved(); });
+  if (mapped_only) {
+    MappedOnly mapped(policy);
+    return arena_->Allocate(size, stream, until, mapped);
+  }
+  StatusOr<DevicePtr> ptr = arena_->Allocate(size, stream, until, policy);
+  if (!ptr.ok() && ptr.status().code() == StatusCode::kOutOfMemory) {
+    // Release what is cached and try once more (PyTorch's OOM retry).
+    ++stats_.num_alloc_retries;
+    Status released = EmptyCacheLocked();
+    if (released.ok()) {
+      LendingPolicy retry(pool_, tracker_, *arena_, region_.get(),
+                          plan_schedule, std::move(context),
+                          [this] { UpdateReserved(); });
+      ptr = arena_->Allocate(size, stream, until, retry);
+    }
+  }
+  UpdateReserved();
+  if (!ptr.ok() && ptr.status().code() == StatusCode::kOutOfMemory)
+    ++stats_.num_ooms;
+  return ptr;
+}
+
+}  // namespace loom::vmm
