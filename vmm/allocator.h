@@ -312,25 +312,15 @@ class Allocator {
   Status Init(uint64_t arena_va_bytes);
 
   StatusOr<DevicePtr> AllocateLocked(uint64_t size, Stream stream);
-  // True when no plan serves and none will again as far as the allocator
-  // knows: the plan lost (for the rest of the run, or until a re-plan), or
-  // it is suspended before any iteration marker came (a run without
-  // markers never resumes it). The region's idle bytes then serve requests
-  // (PlaceInIdleRegion). Not while a suspension ends at the next marker:
-  // requests placed there that outlive the iteration would take bytes the
-  // plan hands out again (measured: builtin:varlen 96.4 -> 90.2%).
-  bool RegionIsIdle() const {
-    return serving_ == nullptr && (referee_.lost() || stats_.iterations == 0);
-  }
-  // While no plan serves: `size` bytes of the region's backed bytes that no
-  // live allocation occupies, in a free block smaller than `below` bytes
-  // (best fit; the same safety check as a planned hand-out), or nullopt.
-  // No driver call.
+  // While no plan serves (suspended, lost): `size` bytes of the region's
+  // backed bytes that no live allocation occupies, in a free block smaller
+  // than `below` bytes (best fit; the same safety check as a planned
+  // hand-out), or nullopt. Once an iteration marker came, only in chunks a
+  // live static allocation holds (InChunksServingStatic). No driver call.
   std::optional<DevicePtr> PlaceInIdleRegion(uint64_t size, Stream stream,
                                              uint64_t below);
   // True when every chunk behind region bytes [offset, offset + size) has
-  // a live static allocation (a chunk no static allocation holds is left
-  // whole for the arena to take: LendingPolicy). REQUIRES: backed.
+  // a live static allocation. REQUIRES: backed.
   bool InChunksServingStatic(uint64_t offset, uint64_t size) const;
   // The free block the arena would place the request in among its mapped
   // granules (Arena::MappedFit).

@@ -204,6 +204,42 @@ TEST(AllocatorRegionReuseTest,
   a->CheckInvariants();
 }
 
+// In a run with iteration markers the plan may serve again next iteration:
+// while it is suspended, only chunks a live static allocation holds lend
+// their idle bytes in place; a chunk none holds stays whole.
+TEST(AllocatorRegionReuseTest, AfterAMarkerOnlyChunksAStaticAllocationHolds) {
+  auto d = Host();
+  auto a = Make(*d);
+  // Two buffers per granule, each granule its own chunk (its buffers start
+  // at different times).
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG / 2)).ok());
+  a->IterationBegin(0);
+  std::vector<DevicePtr> planned;
+  for (int i = 0; i < kN / 2; ++i) {
+    StatusOr<DevicePtr> p = a->Allocate(kG / 2, 0);
+    ASSERT_TRUE(p.ok());
+    planned.push_back(*p);
+  }
+  ASSERT_EQ(a->stats().plan_hits, static_cast<uint64_t>(kN / 2));
+  for (int i = 1; i < kN / 2; ++i) ASSERT_TRUE(a->Free(planned[i]).ok());
+  Stamped live(*a, *d);
+  for (int i = 0; i < 24; ++i) ASSERT_NO_FATAL_FAILURE(live.Allocate(kG / 3));
+  ASSERT_GE(a->stats().plan_suspensions, 1u);
+  // planned[0] holds the first granule's chunk: its idle half serves.
+  ASSERT_NO_FATAL_FAILURE(live.Allocate(kG / 2));
+  EXPECT_EQ(a->stats().region_reuses, 1u);
+  ASSERT_NO_FATAL_FAILURE(live.FreeAll());
+  // No static allocation left: every chunk of the region stays whole, for
+  // the arena to take or the plan to find free next iteration.
+  ASSERT_TRUE(a->Free(planned[0]).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_NO_FATAL_FAILURE(live.Allocate(kG / 2));
+  EXPECT_EQ(a->stats().region_reuses, 1u);
+  a->CheckInvariants();
+  ASSERT_NO_FATAL_FAILURE(live.FreeAll());
+  a->IterationEnd(0);
+  a->CheckInvariants();
+}
+
 // Random requests and frees without iteration markers, the plan suspended
 // and its region reused: every allocation's bytes stay its own (real
 // memory) and the invariants (the idle region's index among them) hold

@@ -1,9 +1,9 @@
 // Where a request the plan does not place goes (the allocator's slow
 // path): bytes of the static region the plan leaves idle while it lives; while
-// no plan serves and none will again (Allocator::RegionIsIdle), the region's
-// backed bytes no live allocation occupies or the arena's mapped free space,
-// whichever fits best (docs/design.md, "The idle region"); else the arena,
-// its pages chosen by the lending policy.
+// no plan serves (suspended, lost), the region's backed bytes no live
+// allocation occupies or the arena's mapped free space, whichever fits best
+// (docs/design.md, "The idle region"); else the arena, its pages chosen by
+// the lending policy.
 #include "vmm/allocator.h"
 
 namespace loom::vmm {
@@ -45,11 +45,11 @@ StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
       }
     }
   }
-  if (region_ != nullptr && RegionIsIdle()) {
-    // No plan serves, nor will again as far as loom knows: memory already
-    // held first, without a driver call, best fit across the region's idle
-    // bytes and the arena's mapped free space (a smaller free block wins);
-    // new pages only when neither fits.
+  if (serving_ == nullptr && region_ != nullptr) {
+    // No plan serves (suspended, lost): memory already held first, without
+    // a driver call, best fit across the region's idle bytes and the
+    // arena's mapped free space (a smaller free block wins); new pages only
+    // when neither fits.
     const uint64_t arena_fit = ArenaMappedFit(size, stream, until);
     if (std::optional<DevicePtr> placed =
             PlaceInIdleRegion(size, stream, arena_fit)) {
@@ -132,7 +132,11 @@ std::optional<DevicePtr> Allocator::PlaceInIdleRegion(uint64_t size,
     const uint64_t offset = RoundUp(block, kArenaAlignment);
     if (offset + size > block + bytes) continue;
     --tries;
-    if (referee_.lost() && !InChunksServingStatic(offset, size)) continue;
+    // In a run with iteration markers, a chunk no static allocation holds
+    // stays whole: the arena may take it (LendingPolicy), and a plan that
+    // serves again next iteration finds it free (requests placed in its
+    // holes may outlive the iteration).
+    if (stats_.iterations > 0 && !InChunksServingStatic(offset, size)) continue;
     const StaticRegion::Occupied occupied = region_->TryOccupy(
         offset, size, [&](Page& page, uint32_t lo, uint32_t hi) {
           return page.arena_granule == kNoGranule &&
