@@ -38,6 +38,7 @@ std::string StressReport::ToJson(const StressOptions& options) const {
   w.Key("plan_hits").Uint(plan_hits);
   w.Key("plan_misses").Uint(plan_misses);
   w.Key("plan_suspensions").Uint(plan_suspensions);
+  w.Key("region_reuses").Uint(region_reuses);
   w.Key("replans").Uint(replans);
   w.Key("plans_unloaded").Uint(plans_unloaded);
   w.Key("graph_captures").Uint(graph_captures);

@@ -525,6 +525,7 @@ StressReport Harness::Finish() {
     r.plan_hits += stats.plan_hits;
     r.plan_misses += stats.plan_misses + stats.unplanned;
     r.plan_suspensions += stats.plan_suspensions;
+    r.region_reuses += stats.region_reuses;
     r.plans_unloaded += stats.plans_unloaded;
     r.oom_retries += stats.num_alloc_retries;
   }

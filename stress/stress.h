@@ -66,7 +66,10 @@ struct StressReport {
   uint64_t plan_hits = 0;
   uint64_t plan_misses = 0;       // routed requests not served by the plan
   uint64_t plan_suspensions = 0;  // iterations the plan did not fit
-  uint64_t replans = 0;           // variants installed by re-planning
+  // Requests served, while the plan did not serve, from its region's idle
+  // bytes in place (vmm::Allocator::PlaceInIdleRegion).
+  uint64_t region_reuses = 0;
+  uint64_t replans = 0;  // variants installed by re-planning
   uint64_t plans_unloaded = 0;
   uint64_t graph_captures = 0;
   uint64_t graph_replays = 0;
