@@ -448,6 +448,9 @@ class Session:
                     "lost_plan_bytes": stats.get("loom.lost_plan_bytes", 0),
                     "lost_dynamic_bytes": stats.get(
                         "loom.lost_dynamic_bytes", 0),
+                    # Requests served from the region's idle bytes while
+                    # the plan did not serve (suspended or lost).
+                    "region_reuses": stats.get("loom.region_reuses", 0),
                 },
                 "replan": bool(config.replan),
                 "replans": stats.get("loom.replans", 0),
