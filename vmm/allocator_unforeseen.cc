@@ -122,21 +122,28 @@ std::optional<DevicePtr> Allocator::PlaceInIdleRegion(uint64_t size,
       idle_region_->Give(offset, bytes, "idle region");
     }
   }
-  // Best fit, a few candidates: a block whose page the arena mapped since
-  // (an idle static chunk lent to it), or that another stream's work still
-  // fences, fails the check and stays indexed.
-  int tries = 8;
+  // Best fit among the first kExamined fitting blocks; at most kChecks of
+  // them through the safety check: a block whose page the arena mapped
+  // since (an idle static chunk lent to it), or that another stream's work
+  // still fences, fails it and stays indexed.
+  constexpr int kExamined = 64;
+  constexpr int kChecks = 8;
+  int examined = 0;
+  int checks = 0;
   for (auto it = idle_region_->FirstFitting(size);
-       it != idle_region_->end() && it->first < below && tries > 0; ++it) {
+       it != idle_region_->end() && it->first < below && examined < kExamined &&
+       checks < kChecks;
+       ++it) {
     const auto [bytes, block] = *it;
     const uint64_t offset = RoundUp(block, kArenaAlignment);
     if (offset + size > block + bytes) continue;
-    --tries;
+    ++examined;
     // In a run with iteration markers, a chunk no static allocation holds
     // stays whole: the arena may take it (LendingPolicy), and a plan that
     // serves again next iteration finds it free (requests placed in its
     // holes may outlive the iteration).
     if (stats_.iterations > 0 && !InChunksServingStatic(offset, size)) continue;
+    ++checks;
     const StaticRegion::Occupied occupied = region_->TryOccupy(
         offset, size, [&](Page& page, uint32_t lo, uint32_t hi) {
           return page.arena_granule == kNoGranule &&
