@@ -390,13 +390,10 @@ class Allocator {
   std::vector<PageId> PagesOf(const PlannedRequest& entry) const;
   // Serves a request from the arena, its pages chosen by a LendingPolicy
   // (lending_policy.h) for this request: expected to end at iteration time
-  // `until` (-1: unknown), `preferred` pages first. `mapped_only`: only in
-  // granules the arena has mapped already (no page acquired, no driver
-  // call, no out-of-memory retry).
+  // `until` (-1: unknown), `preferred` pages first.
   StatusOr<DevicePtr> AllocateInArena(uint64_t size, Stream stream,
                                       int64_t until,
-                                      std::vector<PageId> preferred = {},
-                                      bool mapped_only = false);
+                                      std::vector<PageId> preferred = {});
   // The open pool whose filter accepts `stream`, or null.
   GraphPool* PoolFor(Stream stream) const;
   // A request of an open graph pool, recorded as live (kept out of the hot

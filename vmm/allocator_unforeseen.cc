@@ -7,27 +7,6 @@
 #include "vmm/allocator.h"
 
 namespace loom::vmm {
-namespace {
-
-// The arena's mapped granules only: a request that would need a new page
-// fails instead (nothing is acquired, no driver call).
-class MappedOnly final : public Arena::PagePolicy {
- public:
-  explicit MappedOnly(Arena::PagePolicy& inner) : inner_(inner) {}
-  bool Usable(PageId page, uint32_t lo, uint32_t hi, Stream stream,
-              int64_t until) override {
-    return inner_.Usable(page, lo, hi, stream, until);
-  }
-  StatusOr<PageRun> Acquire(uint32_t, uint32_t, Stream, int64_t) override {
-    return OutOfMemoryError("mapped granules only");
-  }
-
- private:
-  Arena::PagePolicy& inner_;
-};
-
-}  // namespace
-
 StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
                                                int64_t until,
                                                std::vector<PageId> preferred,
@@ -48,21 +27,13 @@ StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
   if (serving_ == nullptr && region_ != nullptr) {
     // No plan serves (suspended, lost): memory already held first, without
     // a driver call, best fit across the region's idle bytes and the
-    // arena's mapped free space (a smaller free block wins); new pages only
-    // when neither fits.
-    const uint64_t arena_fit = ArenaMappedFit(size, stream, until);
-    if (std::optional<DevicePtr> placed =
-            PlaceInIdleRegion(size, stream, arena_fit)) {
+    // arena's mapped free space (a smaller free block wins: the arena,
+    // below, places in that block with no new page); new pages only when
+    // neither fits.
+    if (std::optional<DevicePtr> placed = PlaceInIdleRegion(
+            size, stream, ArenaMappedFit(size, stream, until))) {
       *where = Where::kStatic;
       return *placed;
-    }
-    if (arena_fit != Arena::kNoFit) {
-      StatusOr<DevicePtr> mapped =
-          AllocateInArena(size, stream, until, {}, /*mapped_only=*/true);
-      if (mapped.ok()) {
-        *where = Where::kArena;
-        return mapped;
-      }
     }
   }
   *where = Where::kArena;
@@ -162,16 +133,11 @@ std::optional<DevicePtr> Allocator::PlaceInIdleRegion(uint64_t size,
 
 StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
                                                int64_t until,
-                                               std::vector<PageId> preferred,
-                                               bool mapped_only) {
+                                               std::vector<PageId> preferred) {
   RequestContext context = ContextFor(stream, until, std::move(preferred));
   const PlanSchedule* plan_schedule = schedule();
   LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), plan_schedule,
                        context, [this] { UpdateReserved(); });
-  if (mapped_only) {
-    MappedOnly mapped(policy);
-    return arena_->Allocate(size, stream, until, mapped);
-  }
   StatusOr<DevicePtr> ptr = arena_->Allocate(size, stream, until, policy);
   if (!ptr.ok() && ptr.status().code() == StatusCode::kOutOfMemory) {
     // Release what is cached and try once more (PyTorch's OOM retry).

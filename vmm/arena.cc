@@ -148,17 +148,26 @@ void Arena::UnmapFresh(const std::vector<uint64_t>& heads) {
   }
 }
 
-uint64_t Arena::MappedFit(uint64_t size, Stream stream, int64_t until,
-                          PagePolicy& policy) const {
-  size = RoundUp(size, kArenaAlignment);
+Arena::Candidate Arena::BestFit(uint64_t size, Stream stream, int64_t until,
+                                PagePolicy& policy) const {
+  Candidate best;
   int examined = 0;
   for (auto it = free_.FirstFitting(size);
        it != free_.end() && examined < kMaxBlocksExamined; ++it, ++examined) {
-    const Candidate c =
-        Examine(it->second, it->first, size, stream, until, policy);
-    if (c.found && c.unmapped == 0) return it->first;
+    Candidate c = Examine(it->second, it->first, size, stream, until, policy);
+    if (!c.found) continue;
+    c.block_size = it->first;
+    if (c.unmapped == 0) return c;
+    if (!best.found || c.unmapped < best.unmapped) best = c;
   }
-  return kNoFit;
+  return best;
+}
+
+uint64_t Arena::MappedFit(uint64_t size, Stream stream, int64_t until,
+                          PagePolicy& policy) const {
+  const Candidate c =
+      BestFit(RoundUp(size, kArenaAlignment), stream, until, policy);
+  return c.found && c.unmapped == 0 ? c.block_size : kNoFit;
 }
 
 StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
@@ -169,18 +178,7 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
     return OutOfMemoryError("request of {} bytes exceeds the arena ({} bytes)",
                             size, va_bytes_);
   }
-  Candidate best;
-  int examined = 0;
-  for (auto it = free_.FirstFitting(size);
-       it != free_.end() && examined < kMaxBlocksExamined; ++it, ++examined) {
-    Candidate c = Examine(it->second, it->first, size, stream, until, policy);
-    if (!c.found) continue;
-    if (c.unmapped == 0) {
-      best = c;
-      break;
-    }
-    if (!best.found || c.unmapped < best.unmapped) best = c;
-  }
+  Candidate best = BestFit(size, stream, until, policy);
   if (!best.found || best.unmapped > 0) {
     // The last free block (the untouched end of the arena) always fits.
     if (!free_.empty()) {

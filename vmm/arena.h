@@ -137,11 +137,17 @@ class Arena {
   Arena(Driver& driver, PagePool& pool, int device, DevicePtr base,
         uint64_t va_bytes);
   struct Candidate {
-    uint64_t block = 0;     // offset of the free block
-    uint64_t position = 0;  // offset of the allocation
-    uint64_t unmapped = 0;  // granules that need a page
+    uint64_t block = 0;       // offset of the free block
+    uint64_t position = 0;    // offset of the allocation
+    uint64_t unmapped = 0;    // granules that need a page
+    uint64_t block_size = 0;  // of the free block (BestFit)
     bool found = false;
   };
+  // The best place among the first kMaxBlocksExamined free blocks that fit
+  // `size` (rounded) bytes, smallest first: the first that needs no new
+  // mapping, else the one that needs the fewest granules mapped.
+  Candidate BestFit(uint64_t size, Stream stream, int64_t until,
+                    PagePolicy& policy) const;
   // Looks for a place for `size` bytes inside the free block [block, +bsize).
   Candidate Examine(uint64_t block, uint64_t bsize, uint64_t size,
                     Stream stream, int64_t until, PagePolicy& policy) const;
