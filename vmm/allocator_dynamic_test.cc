@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "vmm/allocator.h"
+#include "vmm/allocator_testing.h"
 #include "vmm/host_driver.h"
 
 namespace loom::vmm {
@@ -16,10 +17,7 @@ namespace {
 constexpr uint64_t kG = 64 << 10;
 
 std::unique_ptr<HostDriver> Host() {
-  HostDriverOptions options;
-  options.granularity = kG;
-  options.capacity_per_device = 512 * kG;
-  return std::move(HostDriver::Open(options)).value();
+  return test_support::HostForTest(kG, 512 * kG);
 }
 
 std::unique_ptr<Allocator> Make(Driver& driver) {
@@ -60,9 +58,7 @@ StatusOr<Stamped> Take(Allocator& a, Driver& d, uint64_t size, uint8_t stamp) {
 }
 
 void Check(Allocator& a, Driver& d, const Stamped& s) {
-  std::vector<uint8_t> back(s.size);
-  ASSERT_TRUE(d.CopyToHost(back.data(), s.ptr, s.size).ok());
-  for (uint8_t b : back) ASSERT_EQ(b, s.stamp);
+  ASSERT_NO_FATAL_FAILURE(test_support::ExpectStamp(d, s.ptr, s.size, s.stamp));
   ASSERT_TRUE(a.Free(s.ptr).ok());
 }
 

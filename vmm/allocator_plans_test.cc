@@ -9,6 +9,7 @@
 
 #include "plan/trace/trace.h"
 #include "vmm/allocator.h"
+#include "vmm/allocator_testing.h"
 #include "vmm/host_driver.h"
 #include "vmm/stack_plan_testing.h"
 
@@ -18,10 +19,7 @@ namespace {
 constexpr uint64_t kG = 64 << 10;
 
 std::unique_ptr<HostDriver> Host() {
-  HostDriverOptions options;
-  options.granularity = kG;
-  options.capacity_per_device = 512 * kG;
-  return std::move(HostDriver::Open(options)).value();
+  return test_support::HostForTest(kG, 512 * kG);
 }
 
 std::unique_ptr<Allocator> Make(Driver& driver, size_t record = 0) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "vmm/allocator.h"
+#include "vmm/allocator_testing.h"
 #include "vmm/host_driver.h"
 #include "vmm/stack_plan_testing.h"
 
@@ -22,10 +23,7 @@ constexpr uint64_t kG = 64 << 10;
 constexpr int kN = 2 * PlanReferee::kSlackBytes / kG;
 
 std::unique_ptr<HostDriver> Host() {
-  HostDriverOptions options;
-  options.granularity = kG;
-  options.capacity_per_device = 4 * kN * kG;
-  return std::move(HostDriver::Open(options)).value();
+  return test_support::HostForTest(kG, 4 * kN * kG);
 }
 
 std::unique_ptr<Allocator> Make(Driver& driver) {
@@ -40,39 +38,7 @@ RuntimePlan StackPlan(uint64_t unit) {
   return test_plans::StackPlan(unit, kN, kG);
 }
 
-// Live allocations, each stamped with a byte of its own in real memory:
-// every free checks its stamp first.
-class Stamped {
- public:
-  Stamped(Allocator& a, HostDriver& d) : a_(a), d_(d) {}
-  void Allocate(uint64_t size) {
-    StatusOr<DevicePtr> p = a_.Allocate(size, 0);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    ++stamp_;
-    ASSERT_TRUE(d_.Memset(*p, stamp_, size).ok());
-    live_[*p] = {size, stamp_};
-  }
-  // Frees the index-th live allocation (by address).
-  void Free(size_t index) {
-    auto at = live_.begin();
-    std::advance(at, index);
-    std::vector<uint8_t> back(at->second.first);
-    ASSERT_TRUE(d_.CopyToHost(back.data(), at->first, back.size()).ok());
-    for (uint8_t b : back) ASSERT_EQ(b, at->second.second);
-    ASSERT_TRUE(a_.Free(at->first).ok());
-    live_.erase(at);
-  }
-  void FreeAll() {
-    while (!live_.empty()) ASSERT_NO_FATAL_FAILURE(Free(0));
-  }
-  size_t size() const { return live_.size(); }
-
- private:
-  Allocator& a_;
-  HostDriver& d_;
-  std::map<DevicePtr, std::pair<uint64_t, uint8_t>> live_;
-  uint8_t stamp_ = 0;
-};
+using Stamped = test_support::StampedAllocations;
 
 TEST(AllocatorRefereeTest, APlanIsNotJudgedOnItsOwnRegionWhileItFits) {
   auto d = Host();

@@ -6,6 +6,7 @@
 #include <map>
 #include <thread>
 
+#include "vmm/allocator_testing.h"
 #include "vmm/fake_driver.h"
 #include "vmm/host_driver.h"
 
@@ -28,17 +29,8 @@ std::unique_ptr<Allocator> Make(Driver& driver, AllocatorOptions options = {}) {
   return std::move(a).value();
 }
 
-// Writes a pattern derived from `tag` over [ptr, ptr + size) and checks it.
-void Stamp(Driver& d, DevicePtr ptr, uint64_t size, uint8_t tag) {
-  ASSERT_TRUE(d.Memset(ptr, tag, size).ok());
-}
-void ExpectStamp(Driver& d, DevicePtr ptr, uint64_t size, uint8_t tag) {
-  std::vector<uint8_t> back(size);
-  ASSERT_TRUE(d.CopyToHost(back.data(), ptr, size).ok());
-  for (uint64_t i = 0; i < size; ++i) {
-    ASSERT_EQ(back[i], tag) << "byte " << i << " of the allocation at " << ptr;
-  }
-}
+using test_support::ExpectStamp;
+using test_support::Stamp;
 
 // One steady-state iteration: (size, alloc time, free time, offset).
 struct Buf {
