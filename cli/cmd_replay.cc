@@ -6,6 +6,7 @@
 #include "base/text.h"
 #include "cli/commands.h"
 #include "cli/replay_auto.h"
+#include "cli/replay_iterations.h"
 #include "vmm/plan_loader.h"
 #include "whatif/compare/compare.h"
 #include "whatif/loom/loom_sim_allocator.h"
@@ -21,7 +22,7 @@ int RunReplay(const Args& args) {
   std::string input, plan_path, backend = "fake", scope = "auto";
   std::string plan_from, perturb_text, driver_costs;
   bool self_plan = false, check_data = false, check_invariants = false,
-       json = false;
+       json = false, per_iteration = false;
   uint64_t granularity = uint64_t{2} << 20, capacity = 0;
   double time_limit = -1;  // default: 10 s (--self-plan), 20 s (--auto)
   int64_t auto_iterations = 0, switch_at = -1, repeat = 5;
@@ -73,6 +74,10 @@ int RunReplay(const Args& args) {
                 "stamp and verify data (host backend)");
   flags.AddBool("check-invariants", &check_invariants,
                 "check every invariant after every event (slow)");
+  flags.AddBool("per-iteration", &per_iteration,
+                "also report each iteration: live and reserved peaks, memory "
+                "held at its end, driver calls, plan hits and misses, "
+                "suspensions, variant switches, re-plans");
   flags.AddSize("granularity", &granularity,
                 "device granularity (default 2MiB)");
   flags.AddSize("capacity", &capacity,
@@ -262,6 +267,7 @@ int RunReplay(const Args& args) {
     w.Key("oom").Bool(result->oom);
     if (result->oom) w.Key("oom_message").String(result->oom_message);
     w.Key("planning_seconds").Double(plan_seconds);
+    if (per_iteration) WriteIterationsJson(w, *result);
     w.EndObject();
     std::printf("%s\n", w.str().c_str());
   } else {
@@ -300,6 +306,7 @@ int RunReplay(const Args& args) {
     }
     if (result->oom)
       std::printf("OUT OF MEMORY  %s\n", result->oom_message.c_str());
+    if (per_iteration) PrintIterations(*result);
   }
   return (*loom)->corrupted() == 0 && !result->oom ? 0 : 1;
 }

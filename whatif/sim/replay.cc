@@ -138,6 +138,15 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
   int64_t iteration = -1;
   DriverCalls calls_at_begin;  // at the last iteration-begin marker
   bool in_iteration = false;
+  // Closes the iteration being summarised (if any).
+  uint64_t calls_at_summary = 0;
+  auto close_iteration = [&] {
+    if (result.iterations.empty()) return;
+    IterationSummary& last = result.iterations.back();
+    last.reserved_at_end = allocator.stats().reserved_bytes.all().current;
+    last.driver_calls = allocator.driver_calls().total() - calls_at_summary;
+    last.counters = allocator.Counters();
+  };
 
   for (size_t t = 0; t < trace.events.size(); ++t) {
     const plan::Event& e = trace.events[t];
@@ -181,9 +190,12 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
         break;
       }
       case plan::EventKind::kIterationBegin:
+        close_iteration();
         iteration = static_cast<int64_t>(e.id);
         calls_at_begin = allocator.driver_calls();
+        calls_at_summary = calls_at_begin.total();
         in_iteration = true;
+        result.iterations.push_back(IterationSummary{.iteration = iteration});
         allocator.OnMarker(e);
         break;
       case plan::EventKind::kIterationEnd:
@@ -206,6 +218,11 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
     uint64_t allocated = stats.allocated_bytes.all().current;
     uint64_t reserved = stats.reserved_bytes.all().current;
     result.peak_requested = std::max(result.peak_requested, requested);
+    if (!result.iterations.empty()) {
+      IterationSummary& now = result.iterations.back();
+      now.peak_requested = std::max(now.peak_requested, requested);
+      now.peak_reserved = std::max(now.peak_reserved, reserved);
+    }
     sampler.Add(t, iteration, requested, allocated, reserved);
     if (options.check_invariants) {
       Status status = allocator.CheckInvariants();
@@ -217,6 +234,7 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
           live_ranges.CheckInside(allocator.MappedRanges(), t));
     }
   }
+  close_iteration();
   result.stats = allocator.stats();
   result.peak_allocated = result.stats.allocated_bytes.all().peak;
   result.peak_reserved = result.stats.reserved_bytes.all().peak;

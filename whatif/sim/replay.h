@@ -43,6 +43,19 @@ struct MemorySample {
   uint64_t reserved = 0;   // max reserved_bytes.all.current
 };
 
+// One iteration of the replay: from its iteration-begin marker to the next
+// one (or the end of the trace).
+struct IterationSummary {
+  int64_t iteration = -1;        // the marker's number
+  uint64_t peak_requested = 0;   // max live requested bytes during it
+  uint64_t peak_reserved = 0;    // max reserved bytes during it
+  uint64_t reserved_at_end = 0;  // reserved bytes when it ended
+  uint64_t driver_calls = 0;     // made during it
+  // The allocator's Counters() when it ended (cumulative: subtract the
+  // previous iteration's for what happened during it).
+  std::vector<std::pair<std::string, uint64_t>> counters;
+};
+
 struct ReplayResult {
   std::string allocator;
   uint64_t events = 0;  // events replayed (all kinds)
@@ -66,6 +79,8 @@ struct ReplayResult {
   bool has_steady = false;
   std::vector<std::pair<std::string, uint64_t>> counters;  // Counters()
   std::vector<MemorySample> series;
+  // Per iteration, in order (empty for a trace without markers).
+  std::vector<IterationSummary> iterations;
 
   // peak_requested / peak_reserved (STAlloc's memory efficiency E); 1 when
   // nothing was reserved.

@@ -22,6 +22,7 @@ class BumpAllocator final : public SimAllocator {
       ++stats_.num_ooms;
       return OutOfMemoryError("bump: full");
     }
+    ++mallocs_;
     uint64_t address = kBase + next_;
     if (overlap_after_ >= 0 && calls_++ >= overlap_after_) address = kBase;
     next_ += size;
@@ -50,6 +51,9 @@ class BumpAllocator final : public SimAllocator {
     return {{kBase, capacity_}};
   }
   Status CheckInvariants() const override { return OkStatus(); }
+  std::vector<std::pair<std::string, uint64_t>> Counters() const override {
+    return {{"mallocs", static_cast<uint64_t>(mallocs_)}};
+  }
 
   std::vector<plan::EventKind> markers_;
 
@@ -58,6 +62,7 @@ class BumpAllocator final : public SimAllocator {
   uint64_t capacity_;
   int overlap_after_;
   int calls_ = 0;
+  int mallocs_ = 0;
   uint64_t next_ = 0;
   std::map<uint64_t, uint64_t> live_;
   MemoryStats stats_;
@@ -96,6 +101,52 @@ TEST(ReplayTest, TracksLiveRequestedBytesAndPeaks) {
   EXPECT_EQ(result->series[3].iteration, 0);
   EXPECT_EQ(result->series[8].requested, 0u);
   EXPECT_EQ(allocator.markers_.size(), 3u);  // begin, phase, end
+}
+
+TEST(ReplayTest, SummarisesEachIteration) {
+  plan::Trace trace;
+  trace.AddAlloc(1, 10);  // set-up, live to the end
+  trace.AddIterationBegin(0);
+  trace.AddAlloc(2, 100);
+  trace.AddFree(2);
+  trace.AddIterationEnd(0);
+  trace.AddIterationBegin(1);
+  trace.AddAlloc(3, 300);
+  trace.AddAlloc(4, 50);
+  trace.AddFree(3);
+  trace.AddFree(4);
+  trace.AddIterationEnd(1);
+  trace.AddFree(1);
+  BumpAllocator allocator(1 << 20);
+  auto result = Replay(trace, allocator, {});
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  ASSERT_EQ(result->iterations.size(), 2u);
+  const IterationSummary& first = result->iterations[0];
+  const IterationSummary& second = result->iterations[1];
+  EXPECT_EQ(first.iteration, 0);
+  EXPECT_EQ(first.peak_requested, 110u);  // the set-up's 10 bytes included
+  EXPECT_EQ(first.peak_reserved, 110u);
+  EXPECT_EQ(first.reserved_at_end, 110u);
+  EXPECT_EQ(second.iteration, 1);
+  EXPECT_EQ(second.peak_requested, 360u);
+  EXPECT_EQ(second.peak_reserved, 460u);  // bump never reuses
+  EXPECT_EQ(second.reserved_at_end, 460u);
+  EXPECT_EQ(first.driver_calls + second.driver_calls,
+            result->driver_calls.total());
+  // Counters when each iteration ended (cumulative).
+  ASSERT_EQ(first.counters.size(), 1u);
+  EXPECT_EQ(first.counters[0].second, 2u);
+  EXPECT_EQ(second.counters[0].second, 4u);
+}
+
+TEST(ReplayTest, NoIterationSummaryWithoutMarkers) {
+  plan::Trace trace;
+  trace.AddAlloc(1, 10);
+  trace.AddFree(1);
+  BumpAllocator allocator(1 << 20);
+  auto result = Replay(trace, allocator, {});
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->iterations.empty());
 }
 
 TEST(ReplayTest, DownsamplingKeepsPeaks) {

@@ -1,0 +1,51 @@
+"""`loom_tool replay --per-iteration`: each iteration's live and reserved
+peaks, the memory held at its end, its driver calls and loom's plan
+counters (whatif/sim/replay.h's IterationSummary, cli/replay_iterations.h),
+on builtin:varlen served with the plan of another seed (its iterations
+change shape, so some fit the plan and some do not)."""
+
+import json
+import subprocess
+
+
+def replay(loom_tool, *args):
+    done = subprocess.run(
+        [str(loom_tool), "replay", "builtin:varlen", "--plan-from",
+         "builtin:varlen:seed=2", "--time-limit", "5", "--per-iteration",
+         *args],
+        capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_iterations_add_up_to_the_run(loom_tool):
+    run = json.loads(replay(loom_tool, "--json"))
+    its = run["iterations"]
+    assert [it["iteration"] for it in its] == list(range(8))
+    # The run's peaks are reached inside its iterations (the set-up holds
+    # only the weights).
+    assert max(it["peak_reserved_bytes"] for it in its) == \
+        run["peak_reserved_bytes"]
+    assert max(it["peak_allocated_bytes"] for it in its) == \
+        run["peak_allocated_bytes"]
+    for it in its:
+        assert it["peak_allocated_bytes"] <= it["peak_reserved_bytes"]
+        assert it["reserved_at_end_bytes"] <= it["peak_reserved_bytes"]
+    # The set-up's calls and hits come before iteration 0.
+    assert 0 < sum(it["driver_calls"] for it in its) <= run["driver_calls"]
+    assert 0 < sum(it["plan_hits"] for it in its) <= run["plan_hits"]
+    assert sum(it["plan_misses"] for it in its) == run["plan_misses"]
+    # Sequence lengths 2048, 4096, 1024, ...: the peak of a 4096 iteration
+    # is twice a 2048 one's at least; some iterations do not fit the plan.
+    peaks = [it["peak_allocated_bytes"] for it in its]
+    assert peaks[1] > 1.5 * peaks[0]
+    assert any(it["plan_suspensions"] > 0 for it in its)
+    assert any(it["plan_suspensions"] == 0 and it["plan_hits"] > 0
+               for it in its)
+
+
+def test_table_has_a_line_per_iteration(loom_tool):
+    out = replay(loom_tool)
+    table = out.split("per iteration (counters")[1].splitlines()[2:]
+    assert len(table) == 8
+    assert table[0].split()[0] == "0" and table[7].split()[0] == "7"
