@@ -9,13 +9,19 @@
 namespace loom::cli {
 namespace {
 
-// The loom counters shown per iteration, as (key, column title).
-constexpr std::pair<std::string_view, std::string_view> kColumns[] = {
+// The loom counters shown per iteration: what changed during it, or (not
+// `delta`) the value when it ended.
+struct Column {
+  std::string_view key;
+  std::string_view title;
+  bool delta = true;
+};
+constexpr Column kColumns[] = {
     {"plan_hits", "hits"},
     {"plan_misses", "misses"},
     {"plan_suspensions", "suspended"},
     {"variant_switches", "switches"},
-    {"plan_variants", "variants"},
+    {"plan_variants", "variants", false},
     {"replans", "replans"},
     {"plan_losses", "lost"},
 };
@@ -27,11 +33,11 @@ uint64_t CounterOf(const whatif::IterationSummary& s, std::string_view key) {
   return 0;
 }
 
-// The counter's change during iteration i (plan_variants: the count then).
-uint64_t During(const whatif::ReplayResult& r, size_t i, std::string_view key) {
-  const uint64_t now = CounterOf(r.iterations[i], key);
-  if (key == "plan_variants" || i == 0) return now;
-  const uint64_t before = CounterOf(r.iterations[i - 1], key);
+// Column `c` of iteration i.
+uint64_t ValueAt(const whatif::ReplayResult& r, size_t i, const Column& c) {
+  const uint64_t now = CounterOf(r.iterations[i], c.key);
+  if (!c.delta || i == 0) return now;
+  const uint64_t before = CounterOf(r.iterations[i - 1], c.key);
   return now >= before ? now - before : 0;
 }
 
@@ -42,8 +48,8 @@ void PrintIterations(const whatif::ReplayResult& result) {
   std::printf("\nper iteration (counters: what changed during it)\n");
   std::printf("%9s %12s %14s %12s %7s", "iteration", "live peak",
               "reserved peak", "held at end", "calls");
-  for (const auto& [key, title] : kColumns)
-    std::printf(" %9s", std::string(title).c_str());
+  for (const Column& c : kColumns)
+    std::printf(" %9s", std::string(c.title).c_str());
   std::printf("\n");
   for (size_t i = 0; i < result.iterations.size(); ++i) {
     const whatif::IterationSummary& s = result.iterations[i];
@@ -53,9 +59,9 @@ void PrintIterations(const whatif::ReplayResult& result) {
                 FormatBytes(s.peak_reserved).c_str(),
                 FormatBytes(s.reserved_at_end).c_str(),
                 static_cast<unsigned long long>(s.driver_calls));
-    for (const auto& [key, title] : kColumns) {
+    for (const Column& c : kColumns) {
       std::printf(" %9llu",
-                  static_cast<unsigned long long>(During(result, i, key)));
+                  static_cast<unsigned long long>(ValueAt(result, i, c)));
     }
     std::printf("\n");
   }
@@ -71,8 +77,8 @@ void WriteIterationsJson(JsonWriter& w, const whatif::ReplayResult& result) {
     w.Key("peak_reserved_bytes").Uint(s.peak_reserved);
     w.Key("reserved_at_end_bytes").Uint(s.reserved_at_end);
     w.Key("driver_calls").Uint(s.driver_calls);
-    for (const auto& [key, title] : kColumns)
-      w.Key(std::string(key)).Uint(During(result, i, key));
+    for (const Column& c : kColumns)
+      w.Key(std::string(c.key)).Uint(ValueAt(result, i, c));
     w.EndObject();
   }
   w.EndArray();

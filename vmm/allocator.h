@@ -466,10 +466,13 @@ class Allocator {
   // Sets window_ for the innermost open dynamic module and the phase.
   void FindWindow();
   std::string phase_;  // the current phase
-  // Requests of each dynamic window this iteration (DynamicSlot).
-  std::unordered_map<const DynamicWindow*, uint32_t> window_requests_;
-  // Calls of each dynamic window's module this iteration (StartWindowCall).
-  std::unordered_map<const DynamicWindow*, uint32_t> window_calls_;
+  // Per dynamic window this iteration: the position of its next request
+  // (DynamicSlot) and the calls of its module so far (StartWindowCall).
+  struct WindowCursor {
+    uint32_t requests = 0;
+    uint32_t calls = 0;
+  };
+  std::unordered_map<const DynamicWindow*, WindowCursor> window_cursors_;
   FlatMap<DynamicBirth> dynamic_births_;  // by address
   // Per window, the lifetime (iteration time) of its k-th request.
   std::unordered_map<const DynamicWindow*, std::vector<int64_t>> lifetimes_;

@@ -25,8 +25,7 @@ void Allocator::IterationBegin(uint64_t number) {
   if (active_ != nullptr) active_->last_used = stats_.iterations;
   iteration_hits_ = 0;
   iteration_misses_ = 0;
-  window_requests_.clear();
-  window_calls_.clear();
+  window_cursors_.clear();
   trial_hits_ = 0;
   trial_left_ = 0;
   // A plan that has not fitted one iteration yet, after one it did not fit
@@ -110,19 +109,19 @@ const WindowRequests* Allocator::WindowSequence() const {
 }
 
 void Allocator::StartWindowCall() {
-  const uint32_t call = ++window_calls_[window_];
+  WindowCursor& cursor = window_cursors_[window_];
+  const uint32_t call = ++cursor.calls;
   const WindowRequests* sequence = WindowSequence();
   if (sequence == nullptr || sequence->calls.empty()) return;
   // The call's first request; a call the plan never saw takes no slot.
   const auto first =
       std::find(sequence->calls.begin(), sequence->calls.end(), call);
-  window_requests_[window_] =
-      static_cast<uint32_t>(first - sequence->calls.begin());
+  cursor.requests = static_cast<uint32_t>(first - sequence->calls.begin());
 }
 
 const PlannedRequest* Allocator::DynamicSlot(uint32_t* position) {
   if (window_ == nullptr) return nullptr;
-  *position = window_requests_[window_]++;
+  *position = window_cursors_[window_].requests++;
   if (serving_ == nullptr || trial_left_ > 0) return nullptr;
   // The slot at the request's position in its window this iteration.
   const WindowRequests* sequence = WindowSequence();

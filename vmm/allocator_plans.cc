@@ -137,8 +137,7 @@ Status Allocator::AddPlanVariant(RuntimePlan plan, bool never_raise_peak) {
         });
     for (const DynamicWindow& w : (*oldest)->plan.windows) {
       lifetimes_.erase(&w);
-      window_requests_.erase(&w);
-      window_calls_.erase(&w);
+      window_cursors_.erase(&w);
     }
     if (window_ != nullptr) FindWindow();
     variants_.erase(oldest);
@@ -282,8 +281,7 @@ Status Allocator::UnloadPlans() {
   LOOM_RETURN_IF_ERROR(DrainPages(pages, WaitSite::kPlanUnload));
   window_ = nullptr;
   lifetimes_.clear();
-  window_requests_.clear();
-  window_calls_.clear();
+  window_cursors_.clear();
   referee_.Stop();
   active_ = serving_ = nullptr;
   probed_ = kProbeRequests;

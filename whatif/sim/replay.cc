@@ -139,12 +139,11 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
   DriverCalls calls_at_begin;  // at the last iteration-begin marker
   bool in_iteration = false;
   // Closes the iteration being summarised (if any).
-  uint64_t calls_at_summary = 0;
   auto close_iteration = [&] {
     if (result.iterations.empty()) return;
     IterationSummary& last = result.iterations.back();
     last.reserved_at_end = allocator.stats().reserved_bytes.all().current;
-    last.driver_calls = allocator.driver_calls().total() - calls_at_summary;
+    last.driver_calls = allocator.driver_calls().Since(calls_at_begin).total();
     last.counters = allocator.Counters();
   };
 
@@ -193,7 +192,6 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
         close_iteration();
         iteration = static_cast<int64_t>(e.id);
         calls_at_begin = allocator.driver_calls();
-        calls_at_summary = calls_at_begin.total();
         in_iteration = true;
         result.iterations.push_back(IterationSummary{.iteration = iteration});
         allocator.OnMarker(e);
