@@ -36,8 +36,17 @@
 #     3 rounds of one process each in rotated orders, 5 warm-up and 30
 #     timed steps per process: OUT/ab.md (each ratio of median steps with a
 #     95% interval over rounds and steps, and the targets' verdicts)
+# The device tool brings back at most 8 files from $OUT: `run` and `train`
+# write more. Either wrap a step:
+#   run(command="tests/gpu/run_gpu.sh bundle $OUT run", ...)  (or train,
+#     steptime, ab with their options): the step writes into a scratch
+#     folder, then everything it wrote is packed into $OUT/<step>.tar
+# or run both call-1 and call-2 steps in one call (about 6 minutes):
+#   run(command="tests/gpu/run_gpu.sh both $OUT", carry=[".gpu_pack"],
+#       timeout_s=590)  -> $OUT/run.tar, $OUT/train.tar
 # Back here:
-#   tests/gpu/run_gpu.sh record DIR...   DIR/summary.md ->
+#   tests/gpu/run_gpu.sh record DIR|TAR...   (a TAR is unpacked first)
+#                                   DIR/summary.md ->
 #                                   bench/results/gpu_tests.md;
 #                                   DIR/steptime.md ->
 #                                   bench/results/steptime.md;
@@ -267,8 +276,19 @@ pytest_files() {
 
 record() {
   [[ $# -ge 1 ]] || { echo "usage: record DIR..." >&2; return 2; }
-  local dir results=() costs=()
-  for dir in "$@"; do
+  local dir results=() costs=() dirs=() arg
+  for arg in "$@"; do
+    if [[ -f "$arg" && "$arg" == *.tar ]]; then
+      # A bundle: its one top folder holds the step's files.
+      local unpacked
+      unpacked=$(mktemp -d) || return 1
+      tar -C "$unpacked" -xf "$arg" || { echo "record: cannot unpack $arg" >&2; return 1; }
+      dirs+=("$unpacked"/*)
+    else
+      dirs+=("$arg")
+    fi
+  done
+  for dir in "${dirs[@]}"; do
     if [[ -f "$dir/summary.md" ]]; then
       cp "$dir/summary.md" bench/results/gpu_tests.md && echo "recorded bench/results/gpu_tests.md"
     fi
@@ -293,13 +313,35 @@ record() {
   fi
 }
 
+# Runs step $2 (run, train, steptime, ab; options after it) into a scratch
+# folder and packs what it wrote into OUT/<step>.tar: one file back.
+bundle() {
+  local out="${1:?usage: bundle OUT STEP [options]}" step="${2:?usage: bundle OUT STEP [options]}"
+  shift 2
+  case "$step" in run|train|steptime|ab) ;; *) echo "bundle: unknown step $step" >&2; return 2 ;; esac
+  local scratch
+  scratch=$(mktemp -d) || return 1
+  mkdir -p "$out"
+  "$0" "$step" "$scratch/$step" "$@"
+  local rc=$?
+  tar -C "$scratch" -cf "$out/$step.tar" "$step" || rc=1
+  rm -rf "$scratch"
+  return $rc
+}
+
 case "${1:-}" in
   pack) pack ;;
+  bundle) shift; bundle "$@" ;;
+  both) shift
+        out="${1:?usage: both OUT}"
+        bundle "$out" run; rc_run=$?
+        bundle "$out" train; rc_train=$?
+        [[ $rc_run -eq 0 && $rc_train -eq 0 ]] ;;
   run) shift; run "$@" ;;
   train) shift; train "$@" ;;
   steptime) shift; steptime "$@" ;;
   ab) shift; ab "$@" ;;
   pytest) shift; pytest_files "$@" ;;
   record) shift; record "$@" ;;
-  *) sed -n '2,56p' "$0"; exit 2 ;;
+  *) sed -n '2,65p' "$0"; exit 2 ;;
 esac
