@@ -1,6 +1,7 @@
 // `loom replay`: runs a trace through loom's run-time allocator.
 #include <cstdio>
 
+#include "autoplan/replanner.h"
 #include "base/flags.h"
 #include "base/json.h"
 #include "base/text.h"
@@ -22,7 +23,7 @@ int RunReplay(const Args& args) {
   std::string input, plan_path, backend = "fake", scope = "auto";
   std::string plan_from, perturb_text, driver_costs;
   bool self_plan = false, check_data = false, check_invariants = false,
-       json = false, per_iteration = false;
+       json = false, per_iteration = false, replan = false;
   uint64_t granularity = uint64_t{2} << 20, capacity = 0;
   double time_limit = -1;  // default: 10 s (--self-plan), 20 s (--auto)
   int64_t auto_iterations = 0, switch_at = -1, repeat = 5;
@@ -42,7 +43,9 @@ int RunReplay(const Args& args) {
       "auto mode: the first K iterations served without a plan and "
       "planned, the plan installed at a later boundary (--switch-at) with "
       "everything allocated before still live, then --repeat more copies of "
-      "the last recorded iteration; peaks per phase.");
+      "the last recorded iteration; peaks per phase. --replan re-plans, as "
+      "auto mode does at run time and `loom compare` does, each shape of "
+      "iteration the plan does not fit (a variant per shape).");
   flags.AddPositional("input", &input, "the workload");
   flags.AddString("plan", &plan_path, "plan file to serve");
   flags.AddBool("self-plan", &self_plan,
@@ -51,6 +54,11 @@ int RunReplay(const Args& args) {
   flags.AddString("plan-from", &plan_from,
                   "plan first, in memory, from: self, first:K (the input's "
                   "first K iterations) or another workload");
+  flags.AddBool("replan", &replan,
+                "with a plan: record each iteration the plan does not fit, "
+                "plan it and add it as a variant (autoplan::Replanner, in the "
+                "replay's thread: the same result every time), as auto mode "
+                "does at run time and `loom compare`'s loom row does");
   flags.AddString("perturb", &perturb_text,
                   "replay a perturbed input (drop=P,add=P,resize=P,seed=S); "
                   "with --self-plan the plan is the unperturbed input's");
@@ -126,6 +134,11 @@ int RunReplay(const Args& args) {
     return fail(InvalidArgumentError(
         "give one of --plan, --self-plan and --plan-from"));
   }
+  if (replan && plan_path.empty() && !self_plan && plan_from.empty()) {
+    return fail(InvalidArgumentError(
+        "--replan re-plans around a plan: give --plan, --self-plan or "
+        "--plan-from"));
+  }
   whatif::PlanSource source;  // self
   if (!plan_from.empty()) {
     StatusOr<whatif::PlanSource> parsed = whatif::ParsePlanSource(plan_from);
@@ -189,6 +202,16 @@ int RunReplay(const Args& args) {
     plan_seconds = planned->result.seconds;
     options.plan = std::move(planned->runtime);
   }
+  if (replan) {
+    // As loom compare's loom row (whatif/loom/loom_factory.cc).
+    autoplan::ReplanOptions replan_options;
+    replan_options.plan_options.time_limit_seconds =
+        time_limit > 0 ? time_limit : 10;
+    StatusOr<plan::PlanScope> parsed = plan::ParsePlanScope(scope);
+    if (!parsed.ok()) return fail(parsed.status());
+    replan_options.plan_options.scope = *parsed;
+    options.replan = replan_options;
+  }
   StatusOr<std::unique_ptr<whatif::LoomSimAllocator>> loom =
       whatif::LoomSimAllocator::Create(options);
   if (!loom.ok()) return fail(loom.status());
@@ -201,11 +224,14 @@ int RunReplay(const Args& args) {
   const vmm::AllocatorStats stats = (*loom)->loom_stats();
   uint64_t steady = 0;
   bool has_steady = false;
+  uint64_t replans = 0, replan_failures = 0;
   for (const auto& [name, value] : result->counters) {
     if (name == "steady_driver_calls") {
       steady = value;
       has_steady = true;
     }
+    if (name == "replans") replans = value;
+    if (name == "replan_failures") replan_failures = value;
   }
   const uint64_t planned_requests = stats.plan_hits + stats.plan_misses;
   const double hit_rate =
@@ -246,6 +272,12 @@ int RunReplay(const Args& args) {
     w.Key("hit_rate").Double(hit_rate);
     w.Key("unplanned").Uint(stats.unplanned);
     w.Key("dynamic_requests").Uint(stats.dynamic_requests);
+    if (replan) {
+      w.Key("replans").Uint(replans);
+      w.Key("replan_failures").Uint(replan_failures);
+      w.Key("replans_refused").Uint(stats.plan_variants_refused);
+      w.Key("plan_variants").Uint(stats.plan_variants);
+    }
     w.Key("driver_calls").Uint(result->driver_calls.total());
     w.Key("driver_calls_by_kind").BeginObject();
     for (const auto& [name, count] : result->driver_calls.Named())
@@ -290,6 +322,15 @@ int RunReplay(const Args& args) {
         static_cast<unsigned long long>(stats.plan_misses), 100 * hit_rate,
         static_cast<unsigned long long>(stats.unplanned),
         static_cast<unsigned long long>(stats.dynamic_requests));
+    if (replan) {
+      std::printf(
+          "re-plans       %llu installed, %llu failed, %llu refused (they "
+          "would raise the peak); %llu plan variants\n",
+          static_cast<unsigned long long>(replans),
+          static_cast<unsigned long long>(replan_failures),
+          static_cast<unsigned long long>(stats.plan_variants_refused),
+          static_cast<unsigned long long>(stats.plan_variants));
+    }
     std::printf("driver calls   %llu",
                 static_cast<unsigned long long>(result->driver_calls.total()));
     if (has_steady) {

@@ -49,3 +49,36 @@ def test_table_has_a_line_per_iteration(loom_tool):
     table = out.split("per iteration (counters")[1].splitlines()[2:]
     assert len(table) == 8
     assert table[0].split()[0] == "0" and table[7].split()[0] == "7"
+
+
+def test_replan_replays_what_compare_measures(loom_tool):
+    # --replan runs the re-planner as `loom compare`'s loom row does, so
+    # the replay and the comparison see the same run: same peaks, same
+    # driver calls, the same re-plans.
+    run = json.loads(replay(loom_tool, "--json", "--replan"))
+    done = subprocess.run(
+        [str(loom_tool), "compare", "builtin:varlen", "--plan-from",
+         "builtin:varlen:seed=2", "--loom-time-limit", "5", "--allocators",
+         "loom", "--json"],
+        capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)[0]
+    assert run["peak_reserved_bytes"] == row["peak_reserved_bytes"]
+    assert run["driver_calls"] == row["driver_calls"]["total"]
+    assert run["replans"] == row["counters"]["replans"] >= 1
+    assert run["plan_variants"] == row["counters"]["plan_variants"] >= 2
+    # The iteration that installed it says so.
+    assert sum(it["replans"] for it in run["iterations"]) == run["replans"]
+    # Without --replan nothing is re-planned, and the peak differs.
+    plain = json.loads(replay(loom_tool, "--json"))
+    assert "replans" not in plain
+    assert sum(it["replans"] for it in plain["iterations"]) == 0
+    assert plain["peak_reserved_bytes"] != run["peak_reserved_bytes"]
+
+
+def test_replan_needs_a_plan(loom_tool):
+    done = subprocess.run(
+        [str(loom_tool), "replay", "builtin:varlen", "--replan"],
+        capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 1
+    assert "--replan re-plans around a plan" in done.stderr
