@@ -116,9 +116,13 @@ class Allocator {
   // goes). FAILED_PRECONDITION without an installed plan or with a region
   // too small; INVALID_ARGUMENT for an inconsistent plan; ALREADY_EXISTS
   // (nothing changes) when a variant has the same request sizes.
+  // The variant is laid out above the installed plans' live persistent
+  // allocations and above the region pages that serve live arena
+  // allocations (VariantFloor).
   // `never_raise_peak` (the re-planner's): a variant whose layout would
   // need more than the most loom has held so far (its own iteration, served
-  // dynamically, included; VariantHeldBytes) would raise loom's peak rather
+  // dynamically, included; VariantHeldBytes), by more than one granule (its
+  // range rounds up to whole granules), would raise loom's peak rather
   // than lower it: OUT_OF_MEMORY, nothing changes (a re-plan never hurts).
   Status AddPlanVariant(RuntimePlan plan, bool never_raise_peak = false);
   // Removes every plan and gives the static region's pages back to the
@@ -279,6 +283,10 @@ class Allocator {
   // The end of the live static allocations that installed plans placed for
   // good (persistent), rounded up to a granule: where a new variant starts.
   uint64_t PersistentFloor() const;
+  // Where a new variant starts: above PersistentFloor and above every
+  // region granule whose page serves a live arena allocation (lent while
+  // the plans did not serve), granule-aligned.
+  uint64_t VariantFloor() const;
   // The physical memory a variant laid out in region bytes [lo, hi) would
   // hold at its peak: its range whole, plus every page held now that it
   // cannot use (mapped in the arena with live users, or backing a region

@@ -18,8 +18,18 @@ void Allocator::IterationBegin(uint64_t number) {
   referee_.IterationBegin();
   // A plan that lost to the dynamic space serves no more (plan_referee.h).
   serving_ = referee_.lost() ? nullptr : active_;
+  // An early iteration of the recording did not fit: the prologue replays
+  // one run's beginning (its order of shapes: varlen's sequence lengths,
+  // eval's steps), which this run does not follow, and while a plan is in
+  // its prologue no other variant is probed. From now on every iteration
+  // is matched as a steady one (each variant's, the re-plans' included).
+  const bool leave_prologue =
+      active_ != nullptr && active_->matcher.in_prologue() &&
+      !active_->matcher.in_setup() && fit_.last_iteration_suspended();
   for (const std::unique_ptr<Variant>& v : variants_) {
     v->matcher.IterationBegin();
+    if (leave_prologue && v->matcher.in_prologue())
+      v->matcher.JumpToIteration();
     v->probe_hits = 0;
   }
   if (active_ != nullptr) active_->last_used = stats_.iterations;

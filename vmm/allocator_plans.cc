@@ -112,7 +112,7 @@ Status Allocator::AddPlanVariant(RuntimePlan plan, bool never_raise_peak) {
   // plans' weights and optimizer state, when they planned them): the new
   // layout knows nothing of them. Everything else of the region is shared
   // (only one iteration runs at a time), so are its pages.
-  const uint64_t floor = PersistentFloor();
+  const uint64_t floor = VariantFloor();
   if (floor > 0) ShiftPlan(plan, floor);
   LOOM_RETURN_IF_ERROR(CheckPlan(plan, region_->bytes()));
   // The same requests as a variant already there: that one serves.
@@ -147,8 +147,10 @@ Status Allocator::AddPlanVariant(RuntimePlan plan, bool never_raise_peak) {
     // unmapped for a variant that is refused). Memory held now or before
     // costs nothing more: only a variant that would raise the high-water
     // mark hurts.
+    // One granule of slack: the variant's range ends on a whole granule,
+    // where its layout may end inside one.
     const uint64_t needs = VariantHeldBytes(floor, plan.region_bytes);
-    if (needs > held_high_water_) {
+    if (needs > held_high_water_ + granularity_) {
       ++stats_.plan_variants_refused;
       if (fit_.suspended()) {
         // The installed plans did not fit the iteration that just ended,
@@ -173,6 +175,22 @@ Status Allocator::AddPlanVariant(RuntimePlan plan, bool never_raise_peak) {
   active_->matcher.JumpToIteration();
   FindWindow();
   return OkStatus();
+}
+
+uint64_t Allocator::VariantFloor() const {
+  uint64_t floor = PersistentFloor();
+  // Region pages lent to the arena while the plans did not serve keep
+  // their live arena allocations (a gradient made in a suspended iteration
+  // lives on): a variant laid out over them would find its bytes taken in
+  // every iteration, miss and be suspended for good.
+  for (uint32_t k = region_->backed_extent(); k-- > 0;) {
+    const PageId id = region_->page(k);
+    if (id != kNoPage && pool_.page(id).arena_users > 0) {
+      floor = std::max<uint64_t>(floor, uint64_t{k + 1} * granularity_);
+      break;
+    }
+  }
+  return floor;
 }
 
 uint64_t Allocator::PersistentFloor() const {

@@ -5,6 +5,7 @@
 // be damaged.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <vector>
 
 #include "plan/trace/trace.h"
@@ -464,6 +465,142 @@ TEST(AllocatorPlansTest, APlanThatNeverFittedTriesAnIterationBeforeServingIt) {
   EXPECT_EQ(a->stats().plan_hits, 80u - Allocator::kTrialRequests);
   RunStack(*a, *d, 3 * kG, 40, 4);
   EXPECT_GT(a->stats().plan_misses, misses);
+  a->CheckInvariants();
+}
+
+TEST(AllocatorPlansTest, AVariantOneGranuleAboveTheHighWaterMarkIsInstalled) {
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG, 40)).ok());
+  RunStack(*a, *d, 3 * kG, 40, 0);  // another shape, served dynamically
+  ASSERT_TRUE(a->PlanSuspended());
+  const uint64_t held = a->stats().reserved_bytes.peak;
+  ASSERT_EQ(held % kG, 0u);
+  const int granules = static_cast<int>(held / kG);
+  // Nothing is live: a layout of its range alone needs what it spans.
+  // Two granules above the most ever held: refused.
+  EXPECT_EQ(a->AddPlanVariant(StackPlan(kG, granules + 2),
+                              /*never_raise_peak=*/true)
+                .code(),
+            StatusCode::kOutOfMemory);
+  // One granule above (the rounding of a layout's end to a granule): in.
+  ASSERT_TRUE(a->AddPlanVariant(StackPlan(kG, granules + 1),
+                                /*never_raise_peak=*/true)
+                  .ok());
+  EXPECT_EQ(a->stats().plan_variants, 2u);
+  EXPECT_EQ(a->stats().plan_variants_refused, 1u);
+  RunStack(*a, *d, kG, granules + 1, 1);
+  EXPECT_EQ(a->stats().reserved_bytes.peak, held + kG);
+  a->CheckInvariants();
+}
+
+TEST(AllocatorPlansTest, AVariantStartsAboveRegionPagesServingLiveArenaData) {
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG, 40)).ok());
+  // The plan's own shape backs the region's 40 granules: their pages.
+  std::set<PageId> region_pages;
+  a->IterationBegin(0);
+  std::vector<DevicePtr> planned;
+  for (int i = 0; i < 40; ++i) planned.push_back(*a->Allocate(kG, 0));
+  for (DevicePtr p : planned) {
+    for (const PhysicalExtent& e : a->PhysicalExtents(p))
+      region_pages.insert(e.page);
+  }
+  for (auto it = planned.rbegin(); it != planned.rend(); ++it)
+    ASSERT_TRUE(a->Free(*it).ok());
+  a->IterationEnd(0);
+  ASSERT_EQ(a->stats().plan_hits, 40u);
+  // Another shape, suspended: the arena takes the idle static pages, and
+  // one of its allocations (a gradient, say) outlives the iteration.
+  a->IterationBegin(1);
+  std::vector<DevicePtr> live;
+  for (int i = 0; i < 20; ++i) live.push_back(*a->Allocate(kG + kG / 2, 0));
+  ASSERT_TRUE(a->PlanSuspended());
+  const DevicePtr kept = live.back();
+  live.pop_back();
+  ASSERT_TRUE(d->Memset(kept, 0x6B, kG + kG / 2).ok());
+  for (DevicePtr p : live) ASSERT_TRUE(a->Free(p).ok());
+  a->IterationEnd(1);
+  // The kept allocation sits on region pages lent to the arena.
+  bool on_region_pages = false;
+  for (const PhysicalExtent& e : a->PhysicalExtents(kept))
+    on_region_pages |= region_pages.count(e.page) > 0;
+  ASSERT_TRUE(on_region_pages);
+  // A variant laid out from the region's start would find those bytes
+  // taken in every iteration (misses, suspension); it starts above them.
+  ASSERT_TRUE(a->AddPlanVariant(StackPlan(2 * kG, 8)).ok());
+  const AllocatorStats before = a->stats();
+  RunStack(*a, *d, 2 * kG, 8, 2);
+  RunStack(*a, *d, 2 * kG, 8, 3);
+  const AllocatorStats after = a->stats();
+  EXPECT_EQ(after.plan_hits - before.plan_hits, 16u);
+  EXPECT_EQ(after.plan_misses, before.plan_misses);
+  EXPECT_EQ(after.plan_suspensions, before.plan_suspensions);
+  std::vector<uint8_t> back(kG + kG / 2);
+  ASSERT_TRUE(d->CopyToHost(back.data(), kept, kG + kG / 2).ok());
+  for (uint8_t b : back) ASSERT_EQ(b, 0x6B);
+  ASSERT_TRUE(a->Free(kept).ok());
+  a->CheckInvariants();
+}
+
+// A plan whose recording began with two early iterations of one shape
+// (n buffers of 3 granules) before the steady one (n buffers of 2).
+RuntimePlan TwoEarlyIterationsPlan(int n) {
+  RuntimePlan plan;
+  plan.period = 2 * n;
+  plan.prologue_iterations = 2;
+  for (int it = 0; it < 2; ++it) {
+    for (int i = 0; i < n; ++i) {
+      plan.prologue.push_back(
+          {3 * kG, static_cast<int64_t>(3 * i * kG), i, 2 * n - i});
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    plan.iteration.push_back(
+        {2 * kG, static_cast<int64_t>(2 * i * kG), i, 2 * n - i});
+  }
+  plan.region_bytes = 3 * n * kG;
+  return plan;
+}
+
+TEST(AllocatorPlansTest, AnEarlyIterationThatDidNotFitEndsThePrologue) {
+  constexpr int kN = 24;
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(TwoEarlyIterationsPlan(kN)).ok());
+  // The run's first iteration has a shape of its own: suspended. The run
+  // does not follow the recorded order of shapes.
+  RunStack(*a, *d, 5 * kG, 20, 0);
+  ASSERT_TRUE(a->PlanSuspended());
+  const AllocatorStats first = a->stats();
+  // The next one has the steady shape: matched as a steady iteration (its
+  // first requests a trial, the plan never having fitted), not against the
+  // second early iteration's entries, which would suspend it again.
+  RunStack(*a, *d, 2 * kG, kN, 1);
+  const AllocatorStats second = a->stats();
+  EXPECT_EQ(second.plan_hits - first.plan_hits, kN - Allocator::kTrialRequests);
+  EXPECT_EQ(second.plan_misses, first.plan_misses);
+  EXPECT_EQ(second.plan_suspensions, first.plan_suspensions);
+  RunStack(*a, *d, 2 * kG, kN, 2);
+  EXPECT_EQ(a->stats().plan_hits - second.plan_hits, static_cast<uint64_t>(kN));
+  a->CheckInvariants();
+}
+
+TEST(AllocatorPlansTest, EarlyIterationsThatFitKeepThePrologue) {
+  // The same plan, and a run that follows the recorded order: both early
+  // iterations meet their own entries, then the steady ones.
+  constexpr int kN = 24;
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(TwoEarlyIterationsPlan(kN)).ok());
+  RunStack(*a, *d, 3 * kG, kN, 0);
+  RunStack(*a, *d, 3 * kG, kN, 1);
+  RunStack(*a, *d, 2 * kG, kN, 2);
+  const AllocatorStats s = a->stats();
+  EXPECT_EQ(s.plan_hits, 3u * kN);
+  EXPECT_EQ(s.plan_misses, 0u);
+  EXPECT_EQ(s.plan_suspensions, 0u);
   a->CheckInvariants();
 }
 
