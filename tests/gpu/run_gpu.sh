@@ -322,7 +322,7 @@ bundle() {
   local scratch
   scratch=$(mktemp -d) || return 1
   mkdir -p "$out"
-  "$0" "$step" "$scratch/$step" "$@"
+  "$ROOT/tests/gpu/run_gpu.sh" "$step" "$scratch/$step" "$@"
   local rc=$?
   tar -C "$scratch" -cf "$out/$step.tar" "$step" || rc=1
   rm -rf "$scratch"
