@@ -264,7 +264,8 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       // its own lifetime; a set-up one none).
       const bool known =
           !match.prologue || match.entry->end > match.entry->start;
-      ptr = AllocateInArena(size, stream, known ? match.entry->end : -1);
+      ptr = AllocateInArena(size, stream, known ? match.entry->end : -1, {},
+                            /*warm_up=*/match.prologue);
     } else {
       // A request that shrank takes its planned bytes; one that grew takes
       // them only if the bytes after them are idle in the plan for as long

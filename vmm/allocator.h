@@ -398,10 +398,13 @@ class Allocator {
   std::vector<PageId> PagesOf(const PlannedRequest& entry) const;
   // Serves a request from the arena, its pages chosen by a LendingPolicy
   // (lending_policy.h) for this request: expected to end at iteration time
-  // `until` (-1: unknown), `preferred` pages first.
+  // `until` (-1: unknown), `preferred` pages first; `warm_up`: a set-up or
+  // early-iteration request the plan left to the dynamic space
+  // (RequestContext::warm_up).
   StatusOr<DevicePtr> AllocateInArena(uint64_t size, Stream stream,
                                       int64_t until,
-                                      std::vector<PageId> preferred = {});
+                                      std::vector<PageId> preferred = {},
+                                      bool warm_up = false);
   // The open pool whose filter accepts `stream`, or null.
   GraphPool* PoolFor(Stream stream) const;
   // A request of an open graph pool, recorded as live (kept out of the hot

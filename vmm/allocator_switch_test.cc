@@ -3,7 +3,8 @@
 // (weights, optimizer state) stays live in the arena. The physical memory
 // those allocations hold after the switch is bounded by the arena's chunk
 // size (LendingPolicy::kMaxNewChunkBytes): a chunk with a live page cannot
-// go back, whole-handle mapping being all CUDA allows.
+// go back, whole-handle mapping being all CUDA allows. The same cap serves
+// the warm-up requests a plan installed from the start left unplaced.
 #include <gtest/gtest.h>
 
 #include "vmm/allocator.h"
@@ -108,6 +109,52 @@ TEST(AllocatorSwitchTest, ThePlanNeedsNoMoreThanTheCapBeyondTheArenasPeak) {
   a->CheckInvariants();
   ASSERT_TRUE(a->Free(*state).ok());
   ASSERT_TRUE(a->Free(*weight).ok());
+}
+
+// With a plan from the start: the requests of its set-up and early
+// iterations that it left to the dynamic space (no planned place: a
+// pipeline's first iteration before its first marker) get chunks of at most
+// the cap too, as the unplanned warm-up's do; the steady iteration's
+// unplaced requests and misses keep chunks as large as their stretch.
+TEST(AllocatorSwitchTest, ThePlansWarmUpRequestsLeftUnplacedGetCappedChunks) {
+  auto d = Fake();
+  auto a = Make(*d);
+  const uint64_t size = 256 * kMiB;  // 128 granules
+  RuntimePlan plan;
+  plan.period = 4;
+  plan.prologue_iterations = 1;
+  plan.prologue.push_back({size, kUnplanned, 0, 0});         // set-up
+  plan.prologue.push_back({size + kMiB, kUnplanned, 0, 2});  // iteration 0
+  plan.iteration.push_back({kG, 0, 0, 2});
+  plan.iteration.push_back({size + 2 * kMiB, kUnplanned, 1, 3});
+  plan.region_bytes = kG;
+  ASSERT_TRUE(a->LoadPlan(plan).ok());
+  auto creates = [&] { return d->calls(DriverOp::kCreate); };
+  uint64_t before = creates();
+  StatusOr<DevicePtr> setup = a->Allocate(size, 0);
+  ASSERT_TRUE(setup.ok()) << setup.status().ToString();
+  EXPECT_EQ(creates() - before, 128 / kChunk);
+  a->IterationBegin(0);
+  before = creates();
+  StatusOr<DevicePtr> early = a->Allocate(size + kMiB, 0);
+  ASSERT_TRUE(early.ok()) << early.status().ToString();
+  EXPECT_EQ(creates() - before, 129 / kChunk + 1);  // 129 granules
+  a->IterationEnd(0);
+  a->IterationBegin(1);
+  StatusOr<DevicePtr> planned = a->Allocate(kG, 0);
+  ASSERT_TRUE(planned.ok());
+  before = creates();
+  // 130 granules, nothing idle in the arena: one chunk, uncapped.
+  StatusOr<DevicePtr> steady = a->Allocate(size + 2 * kMiB, 0);
+  ASSERT_TRUE(steady.ok()) << steady.status().ToString();
+  EXPECT_EQ(creates() - before, 1u);
+  EXPECT_EQ(a->stats().plan_hits, 1u);
+  ASSERT_TRUE(a->Free(*steady).ok());
+  ASSERT_TRUE(a->Free(*planned).ok());
+  a->IterationEnd(1);
+  ASSERT_TRUE(a->Free(*early).ok());
+  ASSERT_TRUE(a->Free(*setup).ok());
+  a->CheckInvariants();
 }
 
 }  // namespace

@@ -133,8 +133,10 @@ std::optional<DevicePtr> Allocator::PlaceInIdleRegion(uint64_t size,
 
 StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
                                                int64_t until,
-                                               std::vector<PageId> preferred) {
+                                               std::vector<PageId> preferred,
+                                               bool warm_up) {
   RequestContext context = ContextFor(stream, until, std::move(preferred));
+  context.warm_up = warm_up;
   const PlanSchedule* plan_schedule = schedule();
   LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), plan_schedule,
                        context, [this] { UpdateReserved(); });

@@ -222,7 +222,7 @@ StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, uint32_t room,
   // plan-miss suite: fewer calls, more memory held.)
   pool_.ReleaseUnfencedSpareChunks();
   uint32_t pages = wanted;
-  if (region_ == nullptr) {
+  if (region_ == nullptr || context_.warm_up) {
     const uint32_t cap = static_cast<uint32_t>(
         std::max<uint64_t>(1, kMaxNewChunkBytes / pool_.granularity()));
     pages = std::min(wanted, cap);

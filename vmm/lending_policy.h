@@ -24,8 +24,9 @@
 //    waiting for its work), and last any idle static chunk. Every answer is
 //    one whole chunk (CUDA maps whole handles only); a chunk already held
 //    may be larger than the stretch, over the unmapped granules after it;
-//  - while no plan is installed, a new chunk holds at most
-//    kMaxNewChunkBytes (a larger stretch gets several, one map each). A
+//  - while no plan is installed, and for the warm-up requests a plan left
+//    to the dynamic space (RequestContext::warm_up), a new chunk holds at
+//    most kMaxNewChunkBytes (a larger stretch gets several, one map each). A
 //    chunk goes back only once no page of it serves a live allocation, so
 //    an allocation made for good in reused memory (an optimizer state in a
 //    freed activation's granules, in auto mode's unplanned iterations) keeps
@@ -36,7 +37,11 @@
 //    H200's gpt2_interleaved, above the unplanned peak). With a plan the
 //    arena's requests are misses and dynamic modules, and chunks stay as
 //    large as the stretch (capping them there was measured on the
-//    plan-miss suite: -0.2 to +6.5 points, more calls; not done).
+//    plan-miss suite: -0.2 to +6.5 points, more calls; not done), except
+//    for the plan's warm-up requests it left unplaced: a pipeline's first
+//    iteration before its first marker (H200 gpt2_interleaved: 25 GiB of
+//    them) left 6 GiB idle in chunks its gradients and optimizer state
+//    kept, beside the region serving the later iterations.
 #ifndef LOOM_VMM_LENDING_POLICY_H_
 #define LOOM_VMM_LENDING_POLICY_H_
 
@@ -76,6 +81,11 @@ struct RequestContext {
   int64_t now = 0;
   int64_t until = -1;
   bool in_setup = false;
+  // One of the plan's set-up or early-iteration requests it left to the
+  // dynamic space (a prologue entry without a place): a warm-up request,
+  // new chunks for it as small as while no plan is installed (see
+  // kMaxNewChunkBytes).
+  bool warm_up = false;
   // The pages of the static granules the request's plan entry covers whole
   // (a missed entry: idle for the lifetime the request takes over).
   std::vector<PageId> preferred;
