@@ -277,6 +277,10 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
               : TryStatic(*match.entry, size, stream);
       if (planned.has_value()) {
         // The hot path: a hit, recorded without going through a StatusOr.
+        if (match.prologue) [[unlikely]] {
+          ServePersistent(
+              static_cast<size_t>(match.entry - active_->plan.prologue.data()));
+        }
         ++stats_.plan_hits;
         ++iteration_hits_;
         fit_.RecordHit();
@@ -309,7 +313,21 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       if (active_->matcher.in_prologue() && !referee_.lost())
         active_->matcher.Next(size);
     }
-    ptr = ServeUnforeseen(size, stream, -1, {}, &where);
+    // An early iteration that did not fit is still the run's warm-up: its
+    // persistent requests take their planned places, the rest are served
+    // dynamically in small chunks (RequestContext::warm_up).
+    const bool warm_up = active_ != nullptr && active_->matcher.in_prologue() &&
+                         !referee_.lost();
+    std::optional<DevicePtr> persistent;
+    if (warm_up && !active_->matcher.in_setup())
+      persistent = PlacePersistent(size, stream);
+    if (persistent.has_value()) {
+      ptr = *persistent;
+      where = Where::kStatic;
+    } else {
+      ptr = ServeUnforeseen(size, stream, -1, {}, &where,
+                            /*warm_up=*/warm_up && !in_module);
+    }
   }
   if (!ptr.ok()) {
     referee_.OnFree(shadow, size);
@@ -396,6 +414,16 @@ Status Allocator::Free(DevicePtr ptr) {
   }
   stats_.allocated_bytes.Decrease(allocation.size);
   stats_.allocation.Decrease(1);
+  if (!persistent_.taken.empty()) [[unlikely]] {
+    auto taken = persistent_.taken.find(ptr);
+    if (taken != persistent_.taken.end()) {
+      // It did not live on (a gradient of its parameter's size): the
+      // entry is offered again.
+      persistent_.served[taken->second] = false;
+      persistent_.cursor = std::min(persistent_.cursor, taken->second);
+      persistent_.taken.erase(taken);
+    }
+  }
   if (allocation.learned) {
     DynamicBirth birth;
     if (dynamic_births_.Take(ptr, &birth)) LearnDynamicLifetime(birth);

@@ -283,6 +283,11 @@ class Allocator {
   // The end of the live static allocations that installed plans placed for
   // good (persistent), rounded up to a granule: where a new variant starts.
   uint64_t PersistentFloor() const;
+  // True for a planned entry that lives a whole period or more (weights,
+  // optimizer state).
+  static bool Persistent(const PlannedRequest& entry, const RuntimePlan& plan) {
+    return entry.offset != kUnplanned && entry.end - entry.start >= plan.period;
+  }
   // Where a new variant starts: above PersistentFloor and above every
   // region granule whose page serves a live arena allocation (lent while
   // the plans did not serve), granule-aligned.
@@ -363,10 +368,22 @@ class Allocator {
   // module's), expected to end at iteration time `until` (-1: unknown):
   // bytes of the static region idle until then if there are, else the
   // arena (`preferred` pages first). Sets *where.
+  // `warm_up`: served during the plan's warm-up (RequestContext::warm_up).
   StatusOr<DevicePtr> ServeUnforeseen(uint64_t size, Stream stream,
                                       int64_t until,
                                       std::vector<PageId> preferred,
-                                      Where* where);
+                                      Where* where, bool warm_up = false);
+  // While the plan is suspended in an early iteration: a request of the
+  // size of one of the next kPersistentLookahead persistent prologue
+  // entries (weights, optimizer state) not yet served takes that entry's
+  // planned place if it is free (the same safety check as a hit), so what
+  // the first step makes for good is where the plan and its variants
+  // expect it. A request that took an entry and is freed offers it again.
+  std::optional<DevicePtr> PlacePersistent(uint64_t size, Stream stream);
+  // Prologue entry `index` of the active plan was served (a hit or a
+  // persistent placement): the queue's cursor moves past served entries.
+  void ServePersistent(size_t index);
+  static constexpr int kPersistentLookahead = 8;
   // True when a request of `size` bytes, more than `entry` planned, may
   // take the bytes after the entry's: idle in the plan while it lives.
   bool GrowthFits(const PlannedRequest& entry, uint64_t size) const;
@@ -504,6 +521,15 @@ class Allocator {
   uint64_t iteration_misses_ = 0;
   AllocatorStats stats_;
   bool recording_ = false;
+  // The persistent prologue entries of the active plan, for
+  // PlacePersistent: which were served, the first one not served, and the
+  // allocations placed at one (address -> entry).
+  struct PersistentQueue {
+    std::vector<bool> served;
+    size_t cursor = 0;
+    std::unordered_map<DevicePtr, size_t> taken;
+  };
+  PersistentQueue persistent_;
   uint64_t record_from_id_ = 0;  // requests before it are not recorded
   size_t record_capacity_ = 0;
   plan::Trace trace_;

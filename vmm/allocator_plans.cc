@@ -77,6 +77,7 @@ Status Allocator::LoadPlan(RuntimePlan plan) {
   if (!variants_.empty())
     return FailedPreconditionError("a plan is already installed");
   LOOM_RETURN_IF_ERROR(CheckPlan(plan, kMaxRequest));
+  persistent_ = PersistentQueue();
   // Installed mid-run (after record mode): the arena's idle granules give
   // their pages back, so the region is backed with them, not new ones.
   LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
@@ -285,6 +286,7 @@ Status Allocator::FreeIdleArenaPages() {
 
 Status Allocator::UnloadPlans() {
   std::lock_guard<FutexMutex> lock(mu_);
+  persistent_ = PersistentQueue();
   if (region_ == nullptr) return OkStatus();
   if (region_->occupied_bytes() != 0) {
     return FailedPreconditionError(

@@ -604,5 +604,60 @@ TEST(AllocatorPlansTest, EarlyIterationsThatFitKeepThePrologue) {
   a->CheckInvariants();
 }
 
+TEST(AllocatorPlansTest, ASuspendedFirstStepKeepsItsOptimizerStateInTheRegion) {
+  // A weight W in the set-up at [0, 2 kG); the first step (early
+  // iteration 0) makes 20 activations of 3 granules and two optimizer
+  // states S1, S2 of W's size at [62 kG, 66 kG), for good; the steady
+  // iteration, the 20 activations.
+  RuntimePlan plan;
+  plan.period = 40;
+  plan.prologue_iterations = 1;
+  plan.prologue.push_back({2 * kG, 0, 0, 1000});
+  for (int i = 0; i < 20; ++i) {
+    const PlannedRequest a{3 * kG, static_cast<int64_t>((2 + 3 * i) * kG), i,
+                           40 - i};
+    plan.prologue.push_back(a);
+    plan.iteration.push_back(a);
+  }
+  plan.prologue.push_back({2 * kG, static_cast<int64_t>(62 * kG), 0, 1000});
+  plan.prologue.push_back({2 * kG, static_cast<int64_t>(64 * kG), 0, 1000});
+  plan.region_bytes = 66 * kG;
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(plan).ok());
+  const DevicePtr weight = *a->Allocate(2 * kG, 0);  // the set-up: a hit
+  // The run's first step has another shape: suspended.
+  a->IterationBegin(0);
+  std::vector<DevicePtr> acts;
+  for (int i = 0; i < 20; ++i) acts.push_back(*a->Allocate(5 * kG, 0));
+  ASSERT_TRUE(a->PlanSuspended());
+  // A gradient of W's size: it takes S1's place, and gives it back.
+  const DevicePtr grad = *a->Allocate(2 * kG, 0);
+  EXPECT_EQ(grad, weight + 62 * kG);
+  ASSERT_TRUE(a->Free(grad).ok());
+  // The optimizer states, for good: at their planned places.
+  const DevicePtr s1 = *a->Allocate(2 * kG, 0);
+  const DevicePtr s2 = *a->Allocate(2 * kG, 0);
+  EXPECT_EQ(s1, weight + 62 * kG);
+  EXPECT_EQ(s2, weight + 64 * kG);
+  EXPECT_EQ(a->stats().persistent_placements, 3u);
+  ASSERT_TRUE(d->Memset(s1, 0x31, 2 * kG).ok());
+  ASSERT_TRUE(d->Memset(s2, 0x32, 2 * kG).ok());
+  for (DevicePtr p : acts) ASSERT_TRUE(a->Free(p).ok());
+  a->IterationEnd(0);
+  // The steady iterations are served by the plan around them.
+  RunStack(*a, *d, 3 * kG, 20, 1);  // a trial first (never fitted yet)
+  const uint64_t hits = a->stats().plan_hits;
+  RunStack(*a, *d, 3 * kG, 20, 2);
+  EXPECT_EQ(a->stats().plan_hits - hits, 20u);
+  std::vector<uint8_t> back(2 * kG);
+  ASSERT_TRUE(d->CopyToHost(back.data(), s1, 2 * kG).ok());
+  for (uint8_t b : back) ASSERT_EQ(b, 0x31);
+  ASSERT_TRUE(d->CopyToHost(back.data(), s2, 2 * kG).ok());
+  for (uint8_t b : back) ASSERT_EQ(b, 0x32);
+  for (DevicePtr p : {s1, s2, weight}) ASSERT_TRUE(a->Free(p).ok());
+  a->CheckInvariants();
+}
+
 }  // namespace
 }  // namespace loom::vmm

@@ -65,6 +65,10 @@ struct AllocatorStats {
   // Requests served, while no plan serves (suspended or lost), from the
   // static region's backed bytes that no live allocation occupies.
   uint64_t region_reuses = 0;
+  // Persistent requests (weights, optimizer state) of an early iteration
+  // the plan did not fit, served at their planned place all the same
+  // (Allocator::PlacePersistent).
+  uint64_t persistent_placements = 0;
   uint64_t iterations = 0;              // iteration-begin markers seen
   double last_iteration_hit_rate = -1;  // -1 until an iteration completes
   // Plans: variants installed, plans unloaded, how often the plan did not

@@ -7,6 +7,8 @@
 // the warm-up requests a plan installed from the start left unplaced.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "vmm/allocator.h"
 #include "vmm/fake_driver.h"
 #include "vmm/lending_policy.h"
@@ -154,6 +156,58 @@ TEST(AllocatorSwitchTest, ThePlansWarmUpRequestsLeftUnplacedGetCappedChunks) {
   a->IterationEnd(1);
   ASSERT_TRUE(a->Free(*early).ok());
   ASSERT_TRUE(a->Free(*setup).ok());
+  a->CheckInvariants();
+}
+
+// An early iteration the plan does not fit is served dynamically, and it is
+// still the warm-up: its new chunks are capped too. A steady iteration that
+// does not fit keeps chunks as large as its stretch.
+TEST(AllocatorSwitchTest, ASuspendedEarlyIterationGetsCappedChunks) {
+  auto d = Fake();
+  auto a = Make(*d);
+  RuntimePlan plan;
+  plan.period = 40;
+  plan.prologue_iterations = 1;
+  for (int i = 0; i < 20; ++i) {
+    const PlannedRequest entry{kG, static_cast<int64_t>(i * kG), i, 40 - i};
+    plan.prologue.push_back(entry);
+    plan.iteration.push_back(entry);
+  }
+  plan.region_bytes = 20 * kG;
+  ASSERT_TRUE(a->LoadPlan(plan).ok());
+  const uint64_t size = 256 * kMiB;  // 128 granules
+  auto creates = [&] { return d->calls(DriverOp::kCreate); };
+  auto run_foreign = [&](uint64_t number) {
+    // 17 requests the plan never saw: suspended after 16; the 17th is
+    // the large one, served dynamically.
+    a->IterationBegin(number);
+    std::vector<DevicePtr> live;
+    for (int i = 0; i < 16; ++i) live.push_back(*a->Allocate(3 * kMiB, 0));
+    EXPECT_TRUE(a->PlanSuspended());
+    const uint64_t before = creates();
+    StatusOr<DevicePtr> big = a->Allocate(size, 0);
+    EXPECT_TRUE(big.ok()) << big.status().ToString();
+    const uint64_t made = creates() - before;
+    live.push_back(*big);
+    for (DevicePtr p : live) EXPECT_TRUE(a->Free(p).ok());
+    a->IterationEnd(number);
+    return made;
+  };
+  EXPECT_EQ(run_foreign(0), 128 / kChunk);  // early: capped
+  // The prologue ended with it; a large request of a steady iteration
+  // that does not fit either finds the arena's idle chunks first: a
+  // larger one now, one chunk.
+  a->IterationBegin(1);
+  std::vector<DevicePtr> live;
+  for (int i = 0; i < 16; ++i) live.push_back(*a->Allocate(3 * kMiB, 0));
+  ASSERT_TRUE(a->PlanSuspended());
+  const uint64_t before = creates();
+  StatusOr<DevicePtr> bigger = a->Allocate(2 * size, 0);
+  ASSERT_TRUE(bigger.ok()) << bigger.status().ToString();
+  EXPECT_LE(creates() - before, 1u);
+  live.push_back(*bigger);
+  for (DevicePtr p : live) ASSERT_TRUE(a->Free(p).ok());
+  a->IterationEnd(1);
   a->CheckInvariants();
 }
 

@@ -10,7 +10,7 @@ namespace loom::vmm {
 StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
                                                int64_t until,
                                                std::vector<PageId> preferred,
-                                               Where* where) {
+                                               Where* where, bool warm_up) {
   const PlanSchedule* plan_schedule = schedule();
   if (plan_schedule != nullptr && until >= 0 && !active_->matcher.in_setup()) {
     // Bytes of the static region the plan leaves idle until `until`:
@@ -37,7 +37,41 @@ StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
     }
   }
   *where = Where::kArena;
-  return AllocateInArena(size, stream, until, std::move(preferred));
+  return AllocateInArena(size, stream, until, std::move(preferred), warm_up);
+}
+
+void Allocator::ServePersistent(size_t index) {
+  const std::vector<PlannedRequest>& seq = active_->plan.prologue;
+  if (persistent_.served.size() != seq.size())
+    persistent_.served.assign(seq.size(), false);
+  if (index >= seq.size()) return;
+  persistent_.served[index] = true;
+  while (persistent_.cursor < seq.size() &&
+         (persistent_.served[persistent_.cursor] ||
+          !Persistent(seq[persistent_.cursor], active_->plan))) {
+    ++persistent_.cursor;
+  }
+}
+
+std::optional<DevicePtr> Allocator::PlacePersistent(uint64_t size,
+                                                    Stream stream) {
+  const std::vector<PlannedRequest>& seq = active_->plan.prologue;
+  if (persistent_.served.size() != seq.size())
+    persistent_.served.assign(seq.size(), false);
+  int looked = 0;
+  for (size_t i = persistent_.cursor;
+       i < seq.size() && looked < kPersistentLookahead; ++i) {
+    if (persistent_.served[i] || !Persistent(seq[i], active_->plan)) continue;
+    ++looked;
+    if (seq[i].size != size) continue;
+    if (std::optional<DevicePtr> placed = TryStatic(seq[i], size, stream)) {
+      ++stats_.persistent_placements;
+      persistent_.taken.emplace(*placed, i);
+      ServePersistent(i);
+      return placed;
+    }
+  }
+  return std::nullopt;
 }
 
 RequestContext Allocator::ContextFor(Stream stream, int64_t until,

@@ -451,6 +451,10 @@ class Session:
                     # Requests served from the region's idle bytes while
                     # the plan did not serve (suspended or lost).
                     "region_reuses": stats.get("loom.region_reuses", 0),
+                    # Persistent requests of an early iteration the plan
+                    # did not fit, served at their planned place.
+                    "persistent_placements": stats.get(
+                        "loom.persistent_placements", 0),
                 },
                 "replan": bool(config.replan),
                 "replans": stats.get("loom.replans", 0),

@@ -287,6 +287,7 @@ std::vector<std::pair<std::string, uint64_t>> LoomSimAllocator::Counters()
       {"dynamic_hits", s.dynamic_hits},
       {"idle_static_placements", s.idle_static_placements},
       {"region_reuses", s.region_reuses},
+      {"persistent_placements", s.persistent_placements},
       {"arena_maps", s.arena_maps},
       {"static_region_bytes", s.static_region_bytes},
       {"static_backed_bytes", s.static_backed_bytes},
