@@ -19,7 +19,9 @@ def replay(loom_tool, *args):
 
 
 def test_iterations_add_up_to_the_run(loom_tool):
-    run = json.loads(replay(loom_tool, "--json"))
+    # With the re-planner, as compare runs loom: some iterations fit a plan
+    # (the first one's or a re-plan), some do not.
+    run = json.loads(replay(loom_tool, "--json", "--replan"))
     its = run["iterations"]
     assert [it["iteration"] for it in its] == list(range(8))
     # The run's peaks are reached inside its iterations (the set-up holds
@@ -69,11 +71,12 @@ def test_replan_replays_what_compare_measures(loom_tool):
     assert run["plan_variants"] == row["counters"]["plan_variants"] >= 2
     # The iteration that installed it says so.
     assert sum(it["replans"] for it in run["iterations"]) == run["replans"]
-    # Without --replan nothing is re-planned, and the peak differs.
+    # Without --replan nothing is re-planned: one plan, throughout.
     plain = json.loads(replay(loom_tool, "--json"))
     assert "replans" not in plain
     assert sum(it["replans"] for it in plain["iterations"]) == 0
-    assert plain["peak_reserved_bytes"] != run["peak_reserved_bytes"]
+    assert max(it["plan_variants"] for it in plain["iterations"]) == 1
+    assert max(it["plan_variants"] for it in run["iterations"]) >= 2
 
 
 def test_replan_needs_a_plan(loom_tool):
