@@ -1,7 +1,6 @@
 // `loom replay`: runs a trace through loom's run-time allocator.
 #include <cstdio>
 
-#include "autoplan/replanner.h"
 #include "base/flags.h"
 #include "base/json.h"
 #include "base/text.h"
@@ -10,6 +9,7 @@
 #include "cli/replay_iterations.h"
 #include "vmm/plan_loader.h"
 #include "whatif/compare/compare.h"
+#include "whatif/loom/loom_factory.h"
 #include "whatif/loom/loom_sim_allocator.h"
 #include "whatif/loom/plan_source.h"
 #include "whatif/loom/self_plan.h"
@@ -174,6 +174,15 @@ int RunReplay(const Args& args) {
   std::string plan_note =
       "none (record mode: everything from the dynamic space)";
   double plan_seconds = 0;
+  // The planner's settings: --self-plan's (and --plan-from's), --replan's.
+  whatif::SelfPlanOptions plan_options;
+  plan_options.time_limit_seconds = time_limit > 0 ? time_limit : 10;
+  plan_options.granularity = granularity;
+  if (self_plan || replan) {
+    StatusOr<plan::PlanScope> parsed = plan::ParsePlanScope(scope);
+    if (!parsed.ok()) return fail(parsed.status());
+    plan_options.scope = *parsed;
+  }
   if (!plan_path.empty()) {
     StatusOr<vmm::RuntimePlan> plan =
         vmm::ReadRuntimePlan(plan_path, granularity);
@@ -181,12 +190,6 @@ int RunReplay(const Args& args) {
     options.plan = std::move(plan).value();
     plan_note = plan_path;
   } else if (self_plan) {
-    whatif::SelfPlanOptions plan_options;
-    StatusOr<plan::PlanScope> parsed = plan::ParsePlanScope(scope);
-    if (!parsed.ok()) return fail(parsed.status());
-    plan_options.scope = *parsed;
-    plan_options.time_limit_seconds = time_limit > 0 ? time_limit : 10;
-    plan_options.granularity = granularity;
     StatusOr<whatif::SelfPlan> planned =
         whatif::PlanTraceForRuntime(*planning_trace, plan_options);
     if (!planned.ok()) return fail(planned.status().WithContext("planning"));
@@ -202,16 +205,8 @@ int RunReplay(const Args& args) {
     plan_seconds = planned->result.seconds;
     options.plan = std::move(planned->runtime);
   }
-  if (replan) {
-    // As loom compare's loom row (whatif/loom/loom_factory.cc).
-    autoplan::ReplanOptions replan_options;
-    replan_options.plan_options.time_limit_seconds =
-        time_limit > 0 ? time_limit : 10;
-    StatusOr<plan::PlanScope> parsed = plan::ParsePlanScope(scope);
-    if (!parsed.ok()) return fail(parsed.status());
-    replan_options.plan_options.scope = *parsed;
-    options.replan = replan_options;
-  }
+  // As loom compare's loom row.
+  if (replan) options.replan = whatif::ReplanOptionsFor(plan_options);
   StatusOr<std::unique_ptr<whatif::LoomSimAllocator>> loom =
       whatif::LoomSimAllocator::Create(options);
   if (!loom.ok()) return fail(loom.status());

@@ -283,11 +283,6 @@ class Allocator {
   // The end of the live static allocations that installed plans placed for
   // good (persistent), rounded up to a granule: where a new variant starts.
   uint64_t PersistentFloor() const;
-  // True for a planned entry that lives a whole period or more (weights,
-  // optimizer state).
-  static bool Persistent(const PlannedRequest& entry, const RuntimePlan& plan) {
-    return entry.offset != kUnplanned && entry.end - entry.start >= plan.period;
-  }
   // Where a new variant starts: above PersistentFloor and above every
   // region granule whose page serves a live arena allocation (lent while
   // the plans did not serve), granule-aligned.
@@ -521,9 +516,11 @@ class Allocator {
   uint64_t iteration_misses_ = 0;
   AllocatorStats stats_;
   bool recording_ = false;
-  // The persistent prologue entries of the active plan, for
-  // PlacePersistent: which were served, the first one not served, and the
-  // allocations placed at one (address -> entry).
+  // The persistent prologue entries of the installed plan, for
+  // PlacePersistent: which were served (sized by LoadPlan: only the plan
+  // loaded first has a prologue its matcher is in), the first one not
+  // served, and the allocations placed at one (address -> entry). Emptied
+  // once no plan is in its prologue, so a free looks nothing up then.
   struct PersistentQueue {
     std::vector<bool> served;
     size_t cursor = 0;

@@ -32,6 +32,13 @@ void Allocator::IterationBegin(uint64_t number) {
       v->matcher.JumpToIteration();
     v->probe_hits = 0;
   }
+  // The prologue is over for every plan: nothing is placed as persistent
+  // any more, nor offered again.
+  if (!persistent_.served.empty() &&
+      std::none_of(variants_.begin(), variants_.end(),
+                   [](const auto& v) { return v->matcher.in_prologue(); })) {
+    persistent_ = PersistentQueue();
+  }
   if (active_ != nullptr) active_->last_used = stats_.iterations;
   iteration_hits_ = 0;
   iteration_misses_ = 0;

@@ -78,6 +78,7 @@ Status Allocator::LoadPlan(RuntimePlan plan) {
     return FailedPreconditionError("a plan is already installed");
   LOOM_RETURN_IF_ERROR(CheckPlan(plan, kMaxRequest));
   persistent_ = PersistentQueue();
+  persistent_.served.assign(plan.prologue.size(), false);
   // Installed mid-run (after record mode): the arena's idle granules give
   // their pages back, so the region is backed with them, not new ones.
   LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
@@ -199,8 +200,7 @@ uint64_t Allocator::PersistentFloor() const {
   for (const std::unique_ptr<Variant>& v : variants_) {
     auto add = [&](const std::vector<PlannedRequest>& seq) {
       for (const PlannedRequest& r : seq) {
-        if (r.offset != kUnplanned && v->plan.period > 0 &&
-            r.end - r.start >= v->plan.period) {
+        if (Persistent(r, v->plan)) {
           const uint64_t at = static_cast<uint64_t>(r.offset);
           persistent.emplace_back(at, at + r.size);
         }

@@ -4,6 +4,8 @@
 // allocation occupies or the arena's mapped free space, whichever fits best
 // (docs/design.md, "The idle region"); else the arena, its pages chosen by
 // the lending policy.
+#include <algorithm>
+
 #include "vmm/allocator.h"
 
 namespace loom::vmm {
@@ -42,11 +44,10 @@ StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
 
 void Allocator::ServePersistent(size_t index) {
   const std::vector<PlannedRequest>& seq = active_->plan.prologue;
-  if (persistent_.served.size() != seq.size())
-    persistent_.served.assign(seq.size(), false);
-  if (index >= seq.size()) return;
+  const size_t entries = std::min(seq.size(), persistent_.served.size());
+  if (index >= entries) return;
   persistent_.served[index] = true;
-  while (persistent_.cursor < seq.size() &&
+  while (persistent_.cursor < entries &&
          (persistent_.served[persistent_.cursor] ||
           !Persistent(seq[persistent_.cursor], active_->plan))) {
     ++persistent_.cursor;
@@ -56,11 +57,10 @@ void Allocator::ServePersistent(size_t index) {
 std::optional<DevicePtr> Allocator::PlacePersistent(uint64_t size,
                                                     Stream stream) {
   const std::vector<PlannedRequest>& seq = active_->plan.prologue;
-  if (persistent_.served.size() != seq.size())
-    persistent_.served.assign(seq.size(), false);
+  const size_t entries = std::min(seq.size(), persistent_.served.size());
   int looked = 0;
   for (size_t i = persistent_.cursor;
-       i < seq.size() && looked < kPersistentLookahead; ++i) {
+       i < entries && looked < kPersistentLookahead; ++i) {
     if (persistent_.served[i] || !Persistent(seq[i], active_->plan)) continue;
     ++looked;
     if (seq[i].size != size) continue;

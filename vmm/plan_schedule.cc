@@ -33,7 +33,7 @@ PlanSchedule::PlanSchedule(const RuntimePlan& plan, uint64_t granularity)
   // Persistent: entries planned for the whole period.
   for (const std::vector<PlannedRequest>* seq : once) {
     for (const PlannedRequest& r : *seq) {
-      if (plan.period > 0 && r.end - r.start >= plan.period) {
+      if (Persistent(r, plan)) {
         touch(r, [](GranuleUse& use) { use.persistent = true; });
       }
     }

@@ -75,6 +75,13 @@ struct RuntimePlan {
   std::vector<DynamicWindow> windows;
 };
 
+// True for an entry of `plan` placed for a whole period or more: a
+// persistent buffer (weights, optimizer state).
+inline bool Persistent(const PlannedRequest& entry, const RuntimePlan& plan) {
+  return entry.offset != kUnplanned && plan.period > 0 &&
+         entry.end - entry.start >= plan.period;
+}
+
 }  // namespace loom::vmm
 
 #endif  // LOOM_VMM_RUNTIME_PLAN_H_

@@ -2,8 +2,8 @@
 
 #include <chrono>
 
-#include "whatif/loom/loom_sim_allocator.h"
 #include "plan/solver/minimalloc_csv.h"
+#include "whatif/loom/loom_sim_allocator.h"
 
 namespace loom::whatif {
 namespace {
@@ -43,6 +43,13 @@ class PlannedLoom final : public SimAllocator {
 
 }  // namespace
 
+autoplan::ReplanOptions ReplanOptionsFor(const SelfPlanOptions& planning) {
+  autoplan::ReplanOptions replan;
+  replan.plan_options.time_limit_seconds = planning.time_limit_seconds;
+  replan.plan_options.scope = planning.scope;
+  return replan;
+}
+
 AllocatorFactory LoomAllocatorFactory(const LoomRowOptions& row) {
   const SelfPlanOptions options = row.planning;
   const bool plan = row.plan;
@@ -50,9 +57,9 @@ AllocatorFactory LoomAllocatorFactory(const LoomRowOptions& row) {
   const std::shared_ptr<const plan::Trace> plan_trace = row.plan_trace;
   return AllocatorFactory{
       plan ? "loom" : "loom_unplanned",
-      [options, plan, plan_csv, plan_trace](const plan::Trace& trace,
-                                            const SimOptions& sim)
-          -> StatusOr<std::unique_ptr<SimAllocator>> {
+      [options, plan, plan_csv, plan_trace](
+          const plan::Trace& trace,
+          const SimOptions& sim) -> StatusOr<std::unique_ptr<SimAllocator>> {
         LoomSimOptions loom;
         loom.backend = "fake";
         loom.granularity = options.granularity;
@@ -79,10 +86,7 @@ AllocatorFactory LoomAllocatorFactory(const LoomRowOptions& row) {
           loom.plan = std::move(planned->runtime);
           // As auto mode at run time: shapes the plan does not fit are
           // recorded and planned as variants.
-          autoplan::ReplanOptions replan;
-          replan.plan_options.time_limit_seconds = options.time_limit_seconds;
-          replan.plan_options.scope = options.scope;
-          loom.replan = replan;
+          loom.replan = ReplanOptionsFor(options);
         }
         LOOM_ASSIGN_OR_RETURN(std::unique_ptr<LoomSimAllocator> inner,
                               LoomSimAllocator::Create(std::move(loom)));
