@@ -19,7 +19,7 @@ namespace loom::vmm {
 namespace {
 
 constexpr uint64_t kG = 64 << 10;
-// More granules than the referee's slack (32 MiB) holds.
+// More granules than the referee's slack (kSlackBytes) holds.
 constexpr int kN = 2 * PlanReferee::kSlackBytes / kG;
 
 std::unique_ptr<HostDriver> Host() {

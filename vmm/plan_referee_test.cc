@@ -68,9 +68,12 @@ TEST(PlanRefereeTest, APlanHoldingMoreThanTheDynamicSpaceLoses) {
   std::vector<uint64_t> at;
   for (int i = 0; i < 64; ++i) at.push_back(r.OnAllocate(kG));  // 128 MiB
   EXPECT_FALSE(r.Judge(128 << 20, 0));
-  // Within the slack (32 MiB or 1/64): still fine.
-  EXPECT_FALSE(r.Judge((128 + 32) << 20, 0));
-  EXPECT_TRUE(r.Judge((128 + 33) << 20, 0));
+  // Within the slack (kSlackBytes, as 128 MiB / kSlackFraction is less):
+  // still fine; a byte more loses.
+  static_assert((uint64_t{128} << 20) / PlanReferee::kSlackFraction <
+                PlanReferee::kSlackBytes);
+  EXPECT_FALSE(r.Judge((128 << 20) + PlanReferee::kSlackBytes, 0));
+  EXPECT_TRUE(r.Judge((128 << 20) + PlanReferee::kSlackBytes + 1, 0));
   EXPECT_TRUE(r.lost());
   EXPECT_EQ(r.lost_dynamic_bytes(), uint64_t{128} << 20);
   EXPECT_EQ(r.losses(), 1u);
@@ -84,8 +87,10 @@ TEST(PlanRefereeTest, MemoryHeldAtTheStartCountsForTheDynamicSpace) {
   PlanReferee r(kG);
   r.Start(uint64_t{1} << 30);  // installed mid-run, 1 GiB held
   r.OnAllocate(kG);
-  EXPECT_FALSE(r.Judge((uint64_t{1} << 30) + (16 << 20), 0));
-  EXPECT_TRUE(r.Judge(uint64_t{2} << 30, 0));
+  // 1 GiB / kSlackFraction of slack on top of it.
+  const uint64_t slack = (uint64_t{1} << 30) / PlanReferee::kSlackFraction;
+  EXPECT_FALSE(r.Judge((uint64_t{1} << 30) + slack, 0));
+  EXPECT_TRUE(r.Judge((uint64_t{1} << 30) + slack + (1 << 20), 0));
 }
 
 TEST(PlanRefereeTest, APlanThatFitsIsJudgedAgainstItsRegionToo) {
