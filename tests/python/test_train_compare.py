@@ -198,6 +198,12 @@ def test_run_reports_failures_and_budget(tmp_path):
     text = table.make_table(lines)
     assert "| llama1b | loom (not planned: fallback) |" in text
     assert "- loom did not plan llama1b: planner crashed" in text
+    # A plan the referee stopped (it held more than the dynamic space alone
+    # would) is marked too: its timed steps route nothing to it.
+    lines.append(dict(measured[("llama1b", "loom")], hit_rate=None,
+                      plan_verdict="lost"))
+    text = table.make_table(lines)
+    assert "| llama1b | loom (plan lost to the dynamic space) |" in text
     # No time left: everything is skipped, said so, and the run fails.
     out, lines = run_compare(tmp_path / "b", "--models", "moe", "--budget",
                              "1", expect_code=1)

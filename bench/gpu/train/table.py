@@ -131,6 +131,8 @@ def training_lines(lines):
         elif is_loom(allocator) and m.get("loom_state") not in (None,
                                                                  "planned"):
             status = f" (not planned: {m['loom_state']})"
+        elif is_loom(allocator) and m.get("plan_verdict") == "lost":
+            status = " (plan lost to the dynamic space)"
         step = m.get("median_step_s")
         out.append(
             f"| {model} | {allocator}{status} | {m.get('micro_batch', '—')} | "

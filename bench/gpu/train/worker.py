@@ -201,6 +201,11 @@ def train(args, torch, loom, result):
         status = loom.status()
         result["loom_state"] = status["state"]
         result["plan_error"] = status["plan_error"]
+        # The plan referee's verdict (issue 23): a plan that held more than
+        # the dynamic space alone would stops serving ("lost"), and the
+        # timed steps then route no request to it (hit_rate None).
+        result["plan_verdict"] = status["plan_verdict"]
+        result["plan_referee"] = status["plan_referee"]
         result["trace"] = status["files"].get("trace")
     if args.profile_steps:
         profile_run(args, torch, loom, trainer, step, result)
