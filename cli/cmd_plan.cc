@@ -5,6 +5,7 @@
 // an instance it prints the plan (show mode).
 #include <charconv>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@
 #include "whatif/workloads/load.h"
 #include "plan/planfile/plan_file.h"
 #include "plan/solver/minimalloc_csv.h"
+#include "plan/trace/trace_io.h"
+#include "whatif/loom/plan_check.h"
 
 namespace loom::cli {
 namespace {
@@ -96,6 +99,7 @@ int RunPlan(const Args& raw_args) {
   double time_limit = 10;
   int64_t period = 0, seed = 1, show_buffers = 20;
   bool json = false, minimize = true, dump = false, persistent = true;
+  bool check_plan = true;
   std::string scope = "auto";
   std::string source;
   int64_t steady_iteration = -1;
@@ -118,6 +122,11 @@ int RunPlan(const Args& raw_args) {
                 "the plan must fit in this many bytes (exit 1 if it cannot)");
   flags.AddDouble("time-limit", &time_limit, "seconds to search (default 10)");
   flags.AddBool("json", &json, "print JSON instead of a table");
+  flags.AddBool("check", &check_plan,
+                "replay a trace with and without its plan on loom's run-time "
+                "allocator (fake driver) and say whether the plan earns its "
+                "place: auto mode does not serve one that holds more there "
+                "(default on; --no-check skips the two replays)");
   flags.AddString("algorithm", &algorithm,
                   "auto, best-fit, lowest-first, layers, exact, local-search");
   flags.AddSize(
@@ -196,16 +205,33 @@ int RunPlan(const Args& raw_args) {
   options.source = source;
   // A builtin workload is generated; files are read by plan/'s entry point.
   StatusOr<plan::MadePlan> made = plan::MadePlan{};
+  std::optional<plan::Trace> generated;  // a builtin workload's trace
   if (input.starts_with("builtin:")) {
     StatusOr<whatif::Workload> workload = whatif::LoadWorkload(input);
     if (!workload.ok()) return fail(workload.status());
     if (options.source.empty()) options.source = input;
-    made = plan::MakePlan(workload->trace, options);
+    generated = std::move(workload->trace);
+    made = plan::MakePlan(*generated, options);
   } else {
     made = plan::MakePlanFromFile(input, options);
   }
   if (!made.ok()) return fail(made.status());
   const plan::PlanFile& file = made->file;
+  // A trace (not a CSV instance): the plan replayed on it, as auto mode
+  // does before installing it (whatif/loom/plan_check.h).
+  std::optional<whatif::PlanCheck> check;
+  if (check_plan && made->requests.has_value()) {
+    StatusOr<plan::Trace> trace = generated.has_value()
+                                      ? StatusOr<plan::Trace>(*generated)
+                                      : plan::ReadTrace(input);
+    if (!trace.ok()) return fail(trace.status());
+    const uint64_t g =
+        trace->header.granularity != 0 ? trace->header.granularity : granule;
+    StatusOr<whatif::PlanCheck> checked =
+        whatif::CheckPlanOnRecording(*trace, file, g);
+    if (!checked.ok()) return fail(checked.status());
+    check = *checked;
+  }
   const plan::PlanResult& result = made->result;
   const plan::Verdict& verdict = made->verdict;
 
@@ -219,7 +245,12 @@ int RunPlan(const Args& raw_args) {
     if (!written.ok()) return fail(written);
   }
   if (json) {
-    std::printf("%s\n", plan::MadePlanJson(*made, options, 2).c_str());
+    std::string report = plan::MadePlanJson(*made, options, 2);
+    if (check.has_value()) {
+      report = fmt::format("{{\n  \"check\": {},{}", check->Json(),
+                           std::string_view(report).substr(1));
+    }
+    std::printf("%s\n", report.c_str());
   } else {
     const double ratio =
         result.lower_bound_bytes == 0
@@ -267,6 +298,8 @@ int RunPlan(const Args& raw_args) {
           FormatBytes(s.bytes()).c_str(),
           static_cast<unsigned long long>(s.granule_count(granule)));
     }
+    if (check.has_value())
+      std::printf("check        %s\n", check->Summary().c_str());
     if (!output.empty()) std::printf("plan file    %s\n", output.c_str());
   }
   if (dump) {

@@ -1,5 +1,6 @@
 // `loom replay`: runs a trace through loom's run-time allocator.
 #include <cstdio>
+#include <optional>
 
 #include "base/flags.h"
 #include "base/json.h"
@@ -11,6 +12,7 @@
 #include "whatif/compare/compare.h"
 #include "whatif/loom/loom_factory.h"
 #include "whatif/loom/loom_sim_allocator.h"
+#include "whatif/loom/plan_check.h"
 #include "whatif/loom/plan_source.h"
 #include "whatif/loom/self_plan.h"
 #include "whatif/sim/replay.h"
@@ -27,6 +29,7 @@ int RunReplay(const Args& args) {
   uint64_t granularity = uint64_t{2} << 20, capacity = 0;
   double time_limit = -1;  // default: 10 s (--self-plan), 20 s (--auto)
   int64_t auto_iterations = 0, switch_at = -1, repeat = 5;
+  bool check_plan = true;
   FlagParser flags(
       "replay",
       "<trace|snapshot|csv|builtin:NAME> [--plan P | --self-plan] [options]",
@@ -94,6 +97,11 @@ int RunReplay(const Args& args) {
       "driver-costs", &driver_costs,
       "price driver calls with these per-call costs: the JSON of "
       "bench/gpu/driver_costs --json (default: the H200's, embedded)");
+  flags.AddBool("check", &check_plan,
+                "with --self-plan, --plan-from or --auto: serve the plan only "
+                "if it earns its place on the trace it was made from (replayed "
+                "with and without it, as the product does before serving a "
+                "plan it made; default on); --no-check serves it anyway");
   flags.AddBool("json", &json, "print JSON");
   if (auto exit = flags.Parse(args)) return *exit;
   auto fail = [](const Status& status) {
@@ -126,6 +134,7 @@ int RunReplay(const Args& args) {
         capacity != 0 ? capacity : (backend == "host" ? uint64_t{80} << 30 : 0);
     auto_options.check_data = check_data;
     auto_options.check_invariants = check_invariants;
+    auto_options.check_plan = check_plan;
     return ReplayAuto(input, auto_options, json, costs);
   }
   if (static_cast<int>(!plan_path.empty()) + static_cast<int>(self_plan) +
@@ -174,6 +183,7 @@ int RunReplay(const Args& args) {
   std::string plan_note =
       "none (record mode: everything from the dynamic space)";
   double plan_seconds = 0;
+  std::optional<whatif::PlanCheck> check;  // --self-plan, --plan-from
   // The planner's settings: --self-plan's (and --plan-from's), --replan's.
   whatif::SelfPlanOptions plan_options;
   plan_options.time_limit_seconds = time_limit > 0 ? time_limit : 10;
@@ -203,7 +213,17 @@ int RunReplay(const Args& args) {
             : static_cast<double>(planned->result.peak_bytes) /
                   planned->result.lower_bound_bytes);
     plan_seconds = planned->result.seconds;
-    options.plan = std::move(planned->runtime);
+    // As the product does before serving a plan it made: replayed on the
+    // recording it was made from, with and without it (plan_check.h).
+    if (check_plan) {
+      StatusOr<whatif::PlanCheck> checked = whatif::CheckPlanOnRecording(
+          *planning_trace, planned->runtime, granularity);
+      if (!checked.ok()) return fail(checked.status());
+      check = *checked;
+      plan_note += "; " + check->Summary();
+    }
+    if (!check.has_value() || check->earns_its_place)
+      options.plan = std::move(planned->runtime);
   }
   // As loom compare's loom row.
   if (replan) options.replan = whatif::ReplanOptionsFor(plan_options);
@@ -248,6 +268,7 @@ int RunReplay(const Args& args) {
     w.BeginObject();
     w.Key("input").String(input);
     w.Key("plan").String(plan_note);
+    if (check.has_value()) w.Key("plan_check").Raw(check->Json());
     if (self_plan) {
       w.Key("plan_from")
           .String(whatif::DescribePlanSource(source, perturb.any()));

@@ -76,6 +76,13 @@ int ReplayAuto(const std::string& input,
     w.Key("input").String(input);
     w.Key("mode").String("auto");
     w.Key("plan").String(result->plan_note);
+    w.Key("plan_check");
+    if (result->check.has_value()) {
+      w.Raw(result->check->Json());
+    } else {
+      w.Null();
+    }
+    w.Key("declined").Bool(result->declined);
     w.Key("record_iterations").Int(options.record_iterations);
     w.Key("switch_at").Int(result->switch_at);
     w.Key("planned_iterations").Int(options.planned_iterations);

@@ -138,8 +138,11 @@ const char* loom_version(void);
  * entry point and writes the plan file to `plan_path`. `options` are
  * "key=value" pairs separated by ';' (plan/make_plan.h: time_limit,
  * persistent, algorithm, scope, steady_iteration, granule, capacity, ...;
- * NULL or "" for the defaults). Result: the report as JSON. A plan that does
- * not fit the capacity is not written: FAILED_PRECONDITION. */
+ * NULL or "" for the defaults). Result: the report as JSON; for a trace it
+ * has "check": the plan replayed on that trace with and without it
+ * (whatif/loom/plan_check.h: planned_peak_reserved_bytes,
+ * unplanned_peak_reserved_bytes, earns_its_place). A plan that does not fit
+ * the capacity is not written: FAILED_PRECONDITION. */
 int loom_plan_trace(const char* input, const char* plan_path,
                     const char* options);
 /* Result: the request fingerprint of the trace at `path` as JSON

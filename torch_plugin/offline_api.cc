@@ -19,6 +19,7 @@
 #include "plan/trace/trace_io.h"
 #include "torch_plugin/loom_c_api.h"
 #include "torch_plugin/runtime.h"
+#include "whatif/loom/plan_check.h"
 
 #define LOOM_EXPORT __attribute__((visibility("default")))
 
@@ -112,6 +113,23 @@ LOOM_EXPORT int loom_plan_trace(const char* input, const char* plan_path,
     }
     LOOM_RETURN_IF_ERROR(loom::plan::WritePlanFile(plan_path, made.file));
     last_result = loom::plan::MadePlanJson(made, make);
+    if (made.requests.has_value()) {
+      // A trace (not a CSV instance): does the plan earn its place on it
+      // (whatif/loom/plan_check.h)? The verdict goes in the report; the
+      // session does not serve a plan that does not.
+      LOOM_ASSIGN_OR_RETURN(loom::plan::Trace trace,
+                            loom::plan::ReadTrace(input));
+      // At the recorded device's granularity (the run time's), else the
+      // planner's.
+      const uint64_t granularity = trace.header.granularity != 0
+                                       ? trace.header.granularity
+                                       : make.granule_bytes;
+      LOOM_ASSIGN_OR_RETURN(
+          loom::whatif::PlanCheck check,
+          loom::whatif::CheckPlanOnRecording(trace, made.file, granularity));
+      last_result = fmt::format("{{\"check\": {}, {}", check.Json(),
+                                std::string_view(last_result).substr(1));
+    }
     return loom::OkStatus();
   });
 }
@@ -119,10 +137,9 @@ LOOM_EXPORT int loom_plan_trace(const char* input, const char* plan_path,
 LOOM_EXPORT int loom_fingerprint_trace(const char* path) {
   return Guarded([&]() -> Status {
     LOOM_RETURN_IF_ERROR(NeedArgument(path, "trace path"));
-    LOOM_ASSIGN_OR_RETURN(loom::plan::Trace trace,
-                          loom::plan::ReadTrace(path));
-    last_result = loom::plan::FingerprintJson(
-        loom::plan::FingerprintRequests(trace));
+    LOOM_ASSIGN_OR_RETURN(loom::plan::Trace trace, loom::plan::ReadTrace(path));
+    last_result =
+        loom::plan::FingerprintJson(loom::plan::FingerprintRequests(trace));
     return loom::OkStatus();
   });
 }

@@ -235,6 +235,15 @@ def summary(results):
     return "\n".join(lines)
 
 
+def hit_rate_cell(r):
+    """The hit rate, or why there is none: a plan that did not earn its
+    place on the trace it was made from is not served
+    (whatif/loom/plan_check.h)."""
+    if (r.get("loom_counters") or {}).get("plan_not_served"):
+        return "plan declined"
+    return "-" if r["hit_rate"] is None else pct(r["hit_rate"])
+
+
 def table(results):
     lines = [
         "| row | peak alloc (GiB) | pytorch | expandable | gmlake | loom "
@@ -255,7 +264,7 @@ def table(results):
             f"| {pct(e['gmlake'])} | **{pct(e['loom'])}** "
             f"| {pct(e['loom_unplanned'])} "
             f"| {100 * (e['loom'] - best):+.2f} "
-            f"| {'-' if r['hit_rate'] is None else pct(r['hit_rate'])} "
+            f"| {hit_rate_cell(r)} "
             f"| {calls} / {'-' if steady is None else steady} "
             f"| {r['driver_calls']['pytorch_expandable']} "
             f"| {driver_time(r, 'loom')} "

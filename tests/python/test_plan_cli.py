@@ -122,3 +122,33 @@ def test_cyclic_plan_with_dynamic_windows(tmp_path):
     bad = run_loom("plan", README, "--windows", "9:3")
     assert bad.returncode == 1
     assert "[9, 3) is empty or negative" in bad.stderr
+
+
+def test_plan_says_whether_the_plan_earns_its_place(tmp_path):
+    """A trace's plan is replayed on that trace with and without it
+    (whatif/loom/plan_check.h): the generated MoE workload's plan holds
+    more there than loom without a plan (its experts' requests sit in the
+    dynamic space beside the region), the dense one's less. A CSV instance
+    has no trace to replay; --no-check skips the replays."""
+    _tool()
+    reports = {}
+    for name in ("moe", "dense"):
+        result = run_loom("plan", f"builtin:{name}:seed=2", "--time-limit",
+                          "2", "-o", tmp_path / f"{name}.lplan", "--json")
+        assert result.returncode == 0, result.stderr
+        reports[name] = json.loads(result.stdout)["check"]
+    moe, dense = reports["moe"], reports["dense"]
+    assert moe["earns_its_place"] is False and moe["mid_run"] is False
+    assert moe["planned_peak_reserved_bytes"] > \
+        moe["unplanned_peak_reserved_bytes"] + moe["slack_bytes"]
+    assert dense["earns_its_place"] is True
+    assert dense["planned_peak_reserved_bytes"] < \
+        dense["unplanned_peak_reserved_bytes"]
+    text = run_loom("plan", "builtin:moe:seed=2", "--time-limit", "2")
+    assert "check        on its recording the plan holds" in text.stdout
+    assert "does not earn its place (not served)" in text.stdout
+    skipped = run_loom("plan", "builtin:moe:seed=2", "--time-limit", "2",
+                       "--no-check", "--json")
+    assert "check" not in json.loads(skipped.stdout)
+    csv = run_loom("plan", README, "--json")
+    assert "check" not in json.loads(csv.stdout)

@@ -81,11 +81,39 @@ def test_llama1b_recompute_keeps_within_the_bound(loom_tool):
     the plan switch: the bound is the unplanned peak or what the plan and
     the live arena granules need, plus less than 16 MiB per such chunk)."""
     trace = RUN / "h200_2026-11-26" / "llama1b_recompute.ltb"
+    # --no-check: switched anyway (auto mode declines this plan, below).
     out = json.loads(replay(loom_tool, str(trace), "--auto", "3", "--repeat",
-                            "3", "--json").stdout)
+                            "3", "--no-check", "--json").stdout)
+    assert out["plan_check"] is None and out["declined"] is False
     unplanned = out["unplanned"]["peak_reserved_bytes"]
     assert unplanned == MEASURED["models"]["llama1b_recompute"]["measured"][
         "loom_unplanned"]["reserved_bytes.all.peak"]
     pinned = out["at_planned_peak"]["arena_idle_pinned"]
     assert pinned < 512 << 20
     assert out["planned"]["peak_reserved_bytes"] <= unplanned + pinned
+
+
+def test_auto_mode_declines_a_plan_that_loses_on_its_recording(loom_tool):
+    """The plan check (whatif/loom/plan_check.h), as libloom runs it before
+    auto mode installs a plan: llama1b_recompute's plan, installed after
+    the recorded iterations, holds more than the dynamic space alone (the
+    optimizer state's chunks stay pinned beside the region), so it is
+    declined and the whole run is served without it, at the unplanned peak;
+    llama1b's earns its place and is installed."""
+    trace = AUTO / "llama1b_recompute.loom.trace.rank0.ltb"
+    out = json.loads(replay(loom_tool, str(trace), "--auto", "3", "--repeat",
+                            "3", "--json").stdout)
+    check = out["plan_check"]
+    assert out["declined"] is True and check["earns_its_place"] is False
+    assert check["mid_run"] is True
+    assert check["planned_peak_reserved_bytes"] > \
+        check["unplanned_peak_reserved_bytes"] + check["slack_bytes"]
+    assert out["plan_hits"] == 0 and out["planned"]["peak_reserved_bytes"] == 0
+    assert out["peak_reserved_bytes"] == \
+        out["unplanned"]["peak_reserved_bytes"] == \
+        check["unplanned_peak_reserved_bytes"]
+    kept = json.loads(replay(loom_tool, str(AUTO / "llama1b.loom.trace."
+                                                   "rank0.ltb"),
+                             "--auto", "3", "--repeat", "2", "--json").stdout)
+    assert kept["declined"] is False and kept["plan_check"]["earns_its_place"]
+    assert kept["plan_hits"] > 0

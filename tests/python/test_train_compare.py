@@ -204,6 +204,13 @@ def test_run_reports_failures_and_budget(tmp_path):
                       plan_verdict="lost"))
     text = table.make_table(lines)
     assert "| llama1b | loom (plan lost to the dynamic space) |" in text
+    # A plan declined (it lost on its recording) is marked, not a failure.
+    declined = dict(measured[("llama1b", "loom")], hit_rate=None,
+                    loom_state="declined")
+    lines.append(declined)
+    assert "| llama1b | loom (plan declined: it loses on its recording) |" \
+        in table.make_table(lines)
+    assert table.recipe_failures([declined]) == []
     # No time left: everything is skipped, said so, and the run fails.
     out, lines = run_compare(tmp_path / "b", "--models", "moe", "--budget",
                              "1", expect_code=1)

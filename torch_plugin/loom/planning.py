@@ -135,8 +135,10 @@ def plan_trace(trace, plan, fingerprint, planner=None, options=None,
     `options` ({"time_limit": 5, ...}, plan/make_plan.h; the ctypes call
     releases the GIL, so other threads, training included, run meanwhile);
     `planner` is a callable(trace_path, plan_path) used instead. Returns the
-    planner's report (a dict; {} for a callable). Raises PlanningError
-    (planner failure) or LoomError."""
+    planner's report (a dict; {} for a callable); libloom's has "check",
+    the plan replayed on the trace with and without it
+    (whatif/loom/plan_check.h), kept in the sidecar too. Raises
+    PlanningError (planner failure) or LoomError."""
     start = time.monotonic()
     report = {}
     try:
@@ -157,8 +159,8 @@ def plan_trace(trace, plan, fingerprint, planner=None, options=None,
         raise PlanningError(f"the planner wrote no plan file at {plan}")
     check_plan_file(plan)
     summary = {key: report[key] for key in (
-        "peak_bytes", "lower_bound_bytes", "algorithm", "steady_iteration")
-        if key in report}
+        "peak_bytes", "lower_bound_bytes", "algorithm", "steady_iteration",
+        "check") if key in report}
     fp.write_sidecar(plan, fingerprint, trace=Path(trace).name, rank=rank,
                      seconds=round(time.monotonic() - start, 3), **summary)
     return report

@@ -9,7 +9,9 @@ state machine of the three modes:
   plan:    serving (the plan is installed on the device at enable())
   auto:    recording ──N iterations──► planning ──plan ready──► planned
                                             │
-                                            └─ failure ──► fallback
+                                            ├─ failure ──► fallback
+                                            └─ the plan loses on its own
+                                               iterations ──► declined
   pool:    serving (loom.pool(): segments from PyTorch's caching allocator)
 
 While recording, each iteration boundary checks the record buffer: when it
@@ -25,7 +27,11 @@ plan is installed at the next iteration boundary with `loom_load_plan`,
 without a restart (allocations made while recording stay valid in loom's
 dynamic space). Any planning failure is logged once as a warning, training
 goes on as in record mode (everything served by the dynamic space), and
-`status()["plan_error"]` says why.
+`status()["plan_error"]` says why. libloom replays the recorded iterations
+with and without the plan it made (whatif/loom/plan_check.h): a plan that
+holds more there than loom's dynamic space alone is not installed
+(declined; `status()["plan_check"]` has both peaks), as a plan that would
+cost memory on the very run it was made from.
 
 Markers are emitted in a valid nesting: module exits that do not match the
 innermost open module close the ones opened after it first, and exits of
@@ -49,6 +55,10 @@ RECORDING = "recording"
 PLANNING = "planning"
 PLANNED = "planned"
 FALLBACK = "fallback"
+# Auto mode made a plan that does not earn its place on the iterations it
+# was made from (it would hold more than loom without a plan there:
+# whatif/loom/plan_check.h): training goes on without it.
+DECLINED = "declined"
 SERVING = "serving"
 RECORDED = "recorded"
 
@@ -75,6 +85,7 @@ class Session:
         self.plan_file = plan_file
         self.plan_source = plan_source
         self.plan_error = None
+        self.plan_check = None     # the plan replayed on its recording
         self.record_error = None   # record mode: why the trace is missing
         self._events_seen = 0      # trace events at the last boundary
         self._max_iteration_events = 0
@@ -83,7 +94,7 @@ class Session:
         self.torch_pool_allocator = None  # loom.pool(): its allocator
         self.torch_pools = {}             # loom.pool(): device -> MemPool
         self._planner = None       # background planning thread
-        self._plan_result = None   # (plan path, source) or LoomError
+        self._plan_result = None   # (plan path, source, check) or LoomError
         self._seen = {}            # plan-fit stats last logged
         self._stop = threading.Event()
 
@@ -281,14 +292,14 @@ class Session:
                 reason = fp.compare(fingerprint, record["fingerprint"])
                 if reason is None:
                     planning.check_plan_file(theirs)
-                    return theirs, f"rank {source}"
+                    return theirs, f"rank {source}", record.get("check")
                 log.warning("loom: rank %d does not reuse rank %d's plan: %s",
                             rank, source, reason)
         plan = config.plan or config_lib.plan_path(config.workdir, rank)
-        planning.plan_trace(trace, plan, fingerprint, planner=config.planner,
-                            options=self._planner_options(), rank=rank,
-                            native=self.native)
-        return Path(plan), "own"
+        report = planning.plan_trace(
+            trace, plan, fingerprint, planner=config.planner,
+            options=self._planner_options(), rank=rank, native=self.native)
+        return Path(plan), "own", report.get("check")
 
     def _install_if_ready(self):
         result = self._plan_result
@@ -298,7 +309,21 @@ class Session:
         if isinstance(result, LoomError):
             self._fail(str(result))
             return
-        plan, source = result
+        plan, source, check = result
+        self.plan_check = check
+        if check is not None and not check.get("earns_its_place", True):
+            # On the very iterations it was made from the plan would hold
+            # more than the dynamic space alone: not served.
+            self.plan_file, self.plan_source = Path(plan), source
+            self.state = DECLINED
+            self._stop_recording()
+            log.info(
+                "loom: the plan %s does not earn its place: on the "
+                "iterations it was made from it holds %.2f GiB at its peak, "
+                "loom without a plan %.2f GiB; training goes on without it",
+                plan, check["planned_peak_reserved_bytes"] / 2**30,
+                check["unplanned_peak_reserved_bytes"] / 2**30)
+            return
         try:
             self.native.load_plan(self.device, str(plan))
         except LoomError as error:
@@ -306,13 +331,16 @@ class Session:
             return
         self.plan_file, self.plan_source = Path(plan), source
         self.state = PLANNED
+        self._stop_recording()
+        log.info("loom: plan %s installed at iteration %d", plan,
+                 self.iteration)
+
+    def _stop_recording(self):
         # The trace has served its purpose: stop filling the record buffer.
         try:
             self.native.stop_recording()
         except LoomError as error:
             log.warning("loom: could not stop recording: %s", error)
-        log.info("loom: plan %s installed at iteration %d", plan,
-                 self.iteration)
 
     def _fail(self, reason):
         self.state = FALLBACK
@@ -430,6 +458,9 @@ class Session:
                 "plan_loaded": bool(stats.get("loom.static_region_bytes", 0)),
                 "plan_source": self.plan_source,
                 "plan_error": self.plan_error,
+                # The plan replayed on the iterations it was made from, with
+                # and without it (auto mode; "declined" when it loses).
+                "plan_check": self.plan_check,
                 "record_error": self.record_error,
                 "hit_rate": None if hit_rate is None or hit_rate < 0
                 else hit_rate,

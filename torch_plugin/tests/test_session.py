@@ -127,6 +127,53 @@ def test_auto_mode_planning_failure_keeps_training(loom_env, tmp_path, caplog):
     session.native.check_invariants(0)
 
 
+def test_auto_mode_declines_a_plan_that_loses_on_its_recording(
+        loom_env, tmp_path, monkeypatch, caplog):
+    """libloom replays the recorded iterations with and without the plan it
+    made (whatif/loom/plan_check.h); a plan that holds more there than the
+    dynamic space alone is not installed. The fake loop's plan earns its
+    place (checked first), so the report is turned into a losing one."""
+    loom = loom_env
+    real = planning.plan_trace
+    checks = []
+
+    def losing(*args, **kwargs):
+        report = real(*args, **kwargs)
+        checks.append(dict(report["check"]))
+        report["check"]["earns_its_place"] = False
+        report["check"]["planned_peak_reserved_bytes"] = \
+            report["check"]["unplanned_peak_reserved_bytes"] + (8 << 20)
+        return report
+
+    monkeypatch.setattr(planning, "plan_trace", losing)
+    session = loom._configure_native(mode="auto", workdir=tmp_path,
+                                     record_iterations=3, plan_async=False,
+                                     plan_options={"time_limit": 2}, **HOST)
+    with caplog.at_level(logging.INFO, logger="loom"):
+        loop = _run(loom, session, 3)
+    # What libloom said of the real plan: both peaks, and that it earns it.
+    assert len(checks) == 1 and checks[0]["earns_its_place"] is True
+    assert 0 < checks[0]["planned_peak_reserved_bytes"] <= \
+        checks[0]["unplanned_peak_reserved_bytes"] + checks[0]["slack_bytes"]
+    assert checks[0]["peak_allocated_bytes"] > 0
+    status = loom.status()
+    assert status["state"] == "declined"
+    assert status["plan_check"]["earns_its_place"] is False
+    assert status["plan_error"] is None and status["plan_source"] == "own"
+    assert not status["plan_loaded"]
+    assert "does not earn its place" in caplog.text
+    # Training goes on in the dynamic space, data intact.
+    for _ in range(3):
+        loop.iteration(markers=loom.phase)
+        loom.step()
+        session.native.check_invariants(0)
+    loop.close()
+    stats = loom.memory_stats()
+    assert stats["allocated_bytes.all.current"] == 0
+    assert stats["loom.plan_hits"] == 0
+    assert stats["loom.static_region_bytes"] == 0
+
+
 def test_auto_mode_plan_that_cannot_be_installed(loom_env, tmp_path):
     loom = loom_env
 

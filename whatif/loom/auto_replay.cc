@@ -44,6 +44,15 @@ StatusOr<AutoReplayResult> ReplayAutoMode(const plan::Trace& trace,
       FormatBytes(planned->result.peak_bytes), switch_at);
   out.planning_seconds = planned->result.seconds;
   out.plan_peak_bytes = planned->result.peak_bytes;
+  // As libloom does before auto mode installs it.
+  if (options.check_plan) {
+    StatusOr<PlanCheck> check =
+        CheckPlanOnRecording(recorded, planned->runtime, options.granularity);
+    if (!check.ok()) return check.status();
+    out.check = *check;
+    out.declined = !check->earns_its_place;
+    if (out.declined) out.plan_note += "; declined: " + check->Summary();
+  }
 
   LoomSimOptions loom;
   loom.backend = options.backend;
@@ -51,12 +60,14 @@ StatusOr<AutoReplayResult> ReplayAutoMode(const plan::Trace& trace,
   loom.capacity = options.capacity;
   loom.check_data = options.check_data;
   loom.names = run.trace.names;
-  loom.switch_plan = std::move(planned->runtime);
-  loom.switch_at = switch_at;
-  loom.record_capacity = run.trace.events.size();
-  autoplan::ReplanOptions replan;  // auto mode re-plans (config.py)
-  replan.plan_options.time_limit_seconds = options.time_limit_seconds;
-  loom.replan = replan;
+  if (!out.declined) {
+    loom.switch_plan = std::move(planned->runtime);
+    loom.switch_at = switch_at;
+    loom.record_capacity = run.trace.events.size();
+    autoplan::ReplanOptions replan;  // auto mode re-plans (config.py)
+    replan.plan_options.time_limit_seconds = options.time_limit_seconds;
+    loom.replan = replan;
+  }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<LoomSimAllocator> allocator,
                         LoomSimAllocator::Create(std::move(loom)));
   ReplayOptions replay_options;
@@ -65,6 +76,11 @@ StatusOr<AutoReplayResult> ReplayAutoMode(const plan::Trace& trace,
   LOOM_ASSIGN_OR_RETURN(out.replay,
                         Replay(run.trace, *allocator, replay_options));
   out.phases = allocator->switch_report();
+  if (out.declined) {
+    // Nothing switched: the whole run is the unplanned phase.
+    out.phases.unplanned_peak_reserved = out.replay.peak_reserved;
+    out.phases.unplanned_peak_allocated = out.replay.peak_allocated;
+  }
   if (!out.phases.error.empty()) {
     return InternalError("installing the plan before iteration {}: {}",
                          switch_at, out.phases.error);

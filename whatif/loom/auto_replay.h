@@ -13,6 +13,10 @@
 // copies of its last recorded iteration (whatif/workloads/repeat.h), so the
 // run goes on for `planned_iterations` iterations after the switch.
 //
+// Before the switch the plan is checked on the recorded iterations as auto
+// mode checks it (whatif/loom/plan_check.h, mid-run): a plan that does not
+// earn its place is declined and the whole run is served without it.
+//
 // Reports the whole run's peaks and each phase's (before the switch:
 // unplanned; after it: the plan), and the allocator's state around the
 // switch.
@@ -20,11 +24,13 @@
 #define LOOM_WHATIF_LOOM_AUTO_REPLAY_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
 #include "plan/trace/trace.h"
 #include "whatif/loom/loom_sim_allocator.h"
+#include "whatif/loom/plan_check.h"
 #include "whatif/sim/replay.h"
 #include "whatif/workloads/repeat.h"
 
@@ -43,6 +49,10 @@ struct AutoReplayOptions {
   uint64_t capacity = 0;  // LoomSimOptions::capacity
   bool check_data = false;
   bool check_invariants = false;
+  // Check the plan on the recorded iterations first and decline it if it
+  // loses there, as libloom does in auto mode; false: switch anyway (to
+  // study what the plan does after the switch).
+  bool check_plan = true;
 };
 
 struct AutoReplayResult {
@@ -52,6 +62,9 @@ struct AutoReplayResult {
   // The extended trace's shape (trace left empty).
   RepeatedTrace extension;
   std::string plan_note;
+  // The plan on the recorded iterations (with check_plan).
+  std::optional<PlanCheck> check;
+  bool declined = false;  // check->earns_its_place is false: no switch
   double planning_seconds = 0;
   uint64_t plan_peak_bytes = 0;  // the plan's own peak (its region)
   vmm::AllocatorStats stats;     // the allocator's, at the end

@@ -4,6 +4,7 @@
 
 #include "plan/solver/minimalloc_csv.h"
 #include "whatif/loom/loom_sim_allocator.h"
+#include "whatif/loom/plan_check.h"
 
 namespace loom::whatif {
 namespace {
@@ -83,10 +84,24 @@ AllocatorFactory LoomAllocatorFactory(const LoomRowOptions& row) {
             LOOM_RETURN_IF_ERROR(plan::WriteMinimallocCsv(
                 plan_csv, planned->instance, planned->result.offsets));
           }
-          loom.plan = std::move(planned->runtime);
-          // As auto mode at run time: shapes the plan does not fit are
-          // recorded and planned as variants.
-          loom.replan = ReplanOptionsFor(options);
+          // As the product does before serving a plan: replayed on the
+          // recording it was made from, with and without it
+          // (plan_check.h).
+          StatusOr<PlanCheck> check =
+              CheckPlanOnRecording(plan_trace != nullptr ? *plan_trace : trace,
+                                   planned->runtime, options.granularity);
+          if (!check.ok()) return check.status();
+          extra.push_back(
+              {"plan_check_planned_bytes", check->planned_peak_reserved});
+          extra.push_back(
+              {"plan_check_unplanned_bytes", check->unplanned_peak_reserved});
+          extra.push_back({"plan_not_served", check->earns_its_place ? 0 : 1});
+          if (check->earns_its_place) {
+            loom.plan = std::move(planned->runtime);
+            // As auto mode at run time: shapes the plan does not fit are
+            // recorded and planned as variants.
+            loom.replan = ReplanOptionsFor(options);
+          }
         }
         LOOM_ASSIGN_OR_RETURN(std::unique_ptr<LoomSimAllocator> inner,
                               LoomSimAllocator::Create(std::move(loom)));

@@ -103,6 +103,8 @@ def model_lines(model, runs):
         status = ""
         if line.get("error") or line.get("oom"):
             status = " (failed)" if line.get("error") else " (OOM)"
+        elif is_loom(allocator) and line.get("loom_state") == "declined":
+            status = " (plan declined)"
         elif is_loom(allocator) and line.get("loom_state") != "planned":
             status = f" (not planned: {line.get('loom_state')})"
         elif line.get("profile_error"):

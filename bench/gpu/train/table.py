@@ -128,6 +128,8 @@ def training_lines(lines):
             status = " (OOM)"
         elif m.get("error"):
             status = " (failed)"
+        elif is_loom(allocator) and m.get("loom_state") == "declined":
+            status = " (plan declined: it loses on its recording)"
         elif is_loom(allocator) and m.get("loom_state") not in (None,
                                                                  "planned"):
             status = f" (not planned: {m['loom_state']})"
@@ -244,7 +246,10 @@ def recipe_failures(lines):
     that did not finish (an error, a timeout, out of memory at the model's
     default micro-batch), a loom measure run that did not serve its plan
     (fallback, or still planning) with the reason, a measure the time
-    budget left out, a failed fidelity or search."""
+    budget left out, a failed fidelity or search. A plan declined (it held
+    more than loom without a plan on the iterations it was made from,
+    whatif/loom/plan_check.h) is an outcome, marked in the table, not a
+    failure."""
     out = []
     for line in lines:
         kind = line.get("kind")
@@ -259,7 +264,7 @@ def recipe_failures(lines):
                 out.append(f"{label}: failed (exit "
                            f"{line.get('returncode')}): {last}")
             elif is_loom(line.get("allocator")) and \
-                    line.get("loom_state") != "planned":
+                    line.get("loom_state") not in ("planned", "declined"):
                 out.append(f"{label}: loom did not serve a plan (state "
                            f"{line.get('loom_state')}): "
                            f"{str(line.get('plan_error'))[:500]}")

@@ -206,6 +206,9 @@ def train(args, torch, loom, result):
         # timed steps then route no request to it (hit_rate None).
         result["plan_verdict"] = status["plan_verdict"]
         result["plan_referee"] = status["plan_referee"]
+        # The plan replayed on its recording (auto mode; "declined" state
+        # when it loses there: whatif/loom/plan_check.h).
+        result["plan_check"] = status["plan_check"]
         result["trace"] = status["files"].get("trace")
     if args.profile_steps:
         profile_run(args, torch, loom, trainer, step, result)

@@ -47,9 +47,16 @@ def test_every_model_runs_under_every_allocator(tmp_path):
         assert 0 < line["efficiency"] <= 1, label
         assert line["median_step_s"] > 0, label
         if line["allocator"] == "loom":
-            assert line["loom_state"] == "planned", \
+            assert line["loom_state"] in ("planned", "declined"), \
                 f"{label}: {line['loom_state']} ({line.get('plan_error')})"
-            if line.get("plan_verdict") == "lost":
+            if line["loom_state"] == "declined":
+                # Not installed: on its recording it held more than loom
+                # without a plan (whatif/loom/plan_check.h).
+                check = line["plan_check"]
+                assert check["planned_peak_reserved_bytes"] > \
+                    check["unplanned_peak_reserved_bytes"] + \
+                    check["slack_bytes"], (label, check)
+            elif line.get("plan_verdict") == "lost":
                 # The referee stopped the plan: only where it held more
                 # than the dynamic space alone would have.
                 referee = line["plan_referee"]

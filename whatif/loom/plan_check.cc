@@ -1,0 +1,142 @@
+#include "whatif/loom/plan_check.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "base/json.h"
+#include "vmm/plan_loader.h"
+#include "whatif/loom/loom_sim_allocator.h"
+#include "whatif/sim/replay.h"
+#include "whatif/workloads/repeat.h"
+
+namespace loom::whatif {
+namespace {
+
+// Serves `run` with `plan` installed from the start (switch_at < 0) or
+// before iteration `switch_at` begins, or without a plan; its peak
+// reserved and requested bytes.
+StatusOr<ReplayResult> ReplayWith(const plan::Trace& run,
+                                  std::optional<vmm::RuntimePlan> plan,
+                                  int64_t switch_at, uint64_t granularity) {
+  LoomSimOptions options;
+  options.backend = "fake";
+  options.granularity = granularity;
+  options.names = run.names;
+  if (switch_at >= 0 && plan.has_value()) {
+    options.switch_plan = std::move(plan);
+    options.switch_at = switch_at;
+    options.record_capacity = run.events.size();
+  } else {
+    options.plan = std::move(plan);
+  }
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<LoomSimAllocator> allocator,
+                        LoomSimAllocator::Create(std::move(options)));
+  ReplayOptions replay;
+  replay.max_samples = 0;
+  LOOM_ASSIGN_OR_RETURN(ReplayResult result, Replay(run, *allocator, replay));
+  if (result.oom) {
+    return InternalError("replaying the recording ran out of memory: {}",
+                         result.oom_message);
+  }
+  if (switch_at >= 0) {
+    const SwitchReport report = allocator->switch_report();
+    if (!report.error.empty()) {
+      return InternalError("installing the plan before iteration {}: {}",
+                           switch_at, report.error);
+    }
+  }
+  return result;
+}
+
+double GiB(uint64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
+bool HasPersistent(const vmm::RuntimePlan& plan) {
+  return std::any_of(
+      plan.prologue.begin(), plan.prologue.end(),
+      [&](const vmm::PlannedRequest& r) { return vmm::Persistent(r, plan); });
+}
+
+int64_t IterationsRecorded(const plan::Trace& trace) {
+  return std::count_if(trace.events.begin(), trace.events.end(),
+                       [](const plan::Event& e) {
+                         return e.kind == plan::EventKind::kIterationBegin;
+                       });
+}
+
+}  // namespace
+
+std::string PlanCheck::Summary() const {
+  return fmt::format(
+      "on its recording{} the plan holds {:.2f} GiB at its peak, loom without "
+      "a plan {:.2f} GiB ({:.2f} GiB allocated): {}",
+      mid_run ? " (installed at its end, as auto mode does, then its last "
+                "iteration twice)"
+              : "",
+      GiB(planned_peak_reserved), GiB(unplanned_peak_reserved),
+      GiB(peak_allocated),
+      earns_its_place ? "it earns its place"
+                      : "it does not earn its place (not served)");
+}
+
+std::string PlanCheck::Json() const {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("mid_run").Bool(mid_run);
+  w.Key("planned_peak_reserved_bytes").Uint(planned_peak_reserved);
+  w.Key("unplanned_peak_reserved_bytes").Uint(unplanned_peak_reserved);
+  w.Key("peak_allocated_bytes").Uint(peak_allocated);
+  w.Key("slack_bytes").Uint(slack);
+  w.Key("earns_its_place").Bool(earns_its_place);
+  w.EndObject();
+  return w.str();
+}
+
+StatusOr<PlanCheck> CheckPlanOnRecording(const plan::Trace& recording,
+                                         const plan::PlanFile& plan,
+                                         uint64_t granularity) {
+  LOOM_ASSIGN_OR_RETURN(vmm::RuntimePlan runtime,
+                        vmm::ToRuntimePlan(plan, "plan check", granularity));
+  return CheckPlanOnRecording(recording, runtime, granularity);
+}
+
+StatusOr<PlanCheck> CheckPlanOnRecording(const plan::Trace& recording,
+                                         const vmm::RuntimePlan& plan,
+                                         uint64_t granularity) {
+  PlanCheck check;
+  const int64_t recorded = IterationsRecorded(recording);
+  check.mid_run = !HasPersistent(plan) && recorded > 0;
+  std::optional<RepeatedTrace> extended;
+  if (check.mid_run) {
+    StatusOr<RepeatedTrace> repeated = RepeatSteadyIteration(
+        recording, RepeatOptions{recorded, kMidRunCopies});
+    // A last iteration that did not end in the recording: from the start.
+    if (repeated.ok()) {
+      extended = std::move(*repeated);
+    } else {
+      check.mid_run = false;
+    }
+  }
+  const plan::Trace& run = extended.has_value() ? extended->trace : recording;
+  const int64_t switch_at = check.mid_run ? recorded : -1;
+  StatusOr<ReplayResult> planned =
+      ReplayWith(run, plan, switch_at, granularity);
+  if (!planned.ok())
+    return planned.status().WithContext("checking the plan (serving it)");
+  StatusOr<ReplayResult> unplanned =
+      ReplayWith(run, std::nullopt, -1, granularity);
+  if (!unplanned.ok())
+    return unplanned.status().WithContext("checking the plan (without it)");
+  check.planned_peak_reserved = planned->peak_reserved;
+  check.unplanned_peak_reserved = unplanned->peak_reserved;
+  check.peak_allocated = planned->peak_requested;
+  check.slack = std::max(granularity, check.unplanned_peak_reserved / 1000);
+  check.earns_its_place = check.planned_peak_reserved <=
+                          check.unplanned_peak_reserved + check.slack;
+  return check;
+}
+
+}  // namespace loom::whatif
