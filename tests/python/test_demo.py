@@ -36,14 +36,15 @@ def test_demo_prints_every_allocator_and_writes_pictures(tmp_path, loom_tool):
         png = tmp_path / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert png.stat().st_size > 50_000
-    # On the MoE run loom unplanned holds less than planned loom; a note
-    # under that table says why, and under no table where it does not.
+    # On the MoE run the plan holds more than loom with no plan on the trace
+    # it was made from (whatif/loom/plan_check.h): it is declined, and a
+    # note under that table says why; under no other table.
     sections = {s.split(":")[0]: s for s in out.split("=== ")[1:-1]}
-    assert "why loom_unplanned is below loom" in sections["moe"]
-    assert "dynamic requests are served beside the plan's region" in \
+    assert "why loom's plan is declined" in sections["moe"]
+    assert "would be served beside the plan's region" in \
         " ".join(sections["moe"].split())
     for name in ("llama1b_h200", "gpt2small_train_step"):
-        assert "why loom_unplanned" not in sections[name]
+        assert "why loom" not in sections[name]
     # The table explains its "own alloc peak" column.
     assert "own alloc peak = " in sections["moe"]
     # The summary: a loom row planned from the very trace it is measured on
@@ -61,6 +62,10 @@ def test_demo_prints_every_allocator_and_writes_pictures(tmp_path, loom_tool):
     assert set(loom_rows) == set(planned_from)
     for name, line in loom_rows.items():
         assert ("oracle" in line) == ("oracle" in planned_from[name]), line
+    # The declined plan is said so in the summary too; the others served.
+    assert "declined (it lost on that trace): no plan" in loom_rows["moe"]
+    for name in ("llama1b_h200", "gpt2small_train_step"):
+        assert "declined" not in loom_rows[name]
 
 
 def test_demo_leads_with_the_h200_trace_and_its_measured_peaks(tmp_path,

@@ -119,6 +119,27 @@ def test_the_caption_says_what_each_row_is():
     matplotlib.pyplot.close(fig)
 
 
+def test_a_declined_plan_is_said_so():
+    """A loom row whose plan lost on the trace it was made from
+    (whatif/loom/plan_check.h) ran without it: the caption and the note
+    say so, with both peaks of the check."""
+    rows = [{"allocator": "loom", "plan_from": "builtin:moe:seed=2",
+             "peak_reserved_bytes": 12 * MIB, "efficiency": 0.95,
+             "counters": {"dynamic_requests": 7, "plan_not_served": 1,
+                          "plan_check_planned_bytes": 14 * MIB,
+                          "plan_check_unplanned_bytes": 12 * MIB}},
+            {"allocator": "loom_unplanned", "peak_reserved_bytes": 12 * MIB,
+             "efficiency": 0.95}]
+    lines = compare_plot.caption_lines(NAMES, rows)
+    assert "loom without its plan (planned from builtin:moe:seed=2, " \
+        "declined" in lines[3]
+    note = compare_plot.unplanned_note(rows)
+    assert note.startswith("why loom's plan is declined: replayed on the "
+                           "trace it was made from, the plan held 14.00 MiB")
+    assert "loom without a plan 12.00 MiB; its 7 dynamic requests" in note
+    assert lines[-1] == note
+
+
 def test_no_why_note_when_planned_loom_holds_no_more():
     rows = [{"allocator": "loom", "peak_reserved_bytes": 12 * MIB,
              "efficiency": 0.95, "counters": {"dynamic_requests": 7}},

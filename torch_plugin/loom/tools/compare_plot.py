@@ -116,7 +116,13 @@ def caption_lines(names, rows=None):
         text = ROW_MEANINGS.get(name, "")
         row = by_name.get(name, {})
         counters = row.get("counters") or {}
-        if name == "loom" and row.get("plan_from"):
+        if name == "loom" and row.get("plan_from") and \
+                counters.get("plan_not_served"):
+            text = (f"loom without its plan (planned from "
+                    f"{row['plan_from']}, declined: on that trace it held "
+                    f"more than loom with no plan), so the same as "
+                    f"loom_unplanned")
+        elif name == "loom" and row.get("plan_from"):
             text = f"loom serving its plan, planned from {row['plan_from']}"
             dynamic = counters.get("dynamic_requests", 0)
             if dynamic:
@@ -132,12 +138,28 @@ def caption_lines(names, rows=None):
 
 
 def unplanned_note(rows):
-    """Why loom unplanned holds less than planned loom, when it does and
-    the reason is the dynamic requests (None otherwise)."""
+    """Why loom unplanned holds less than planned loom, when it does, or
+    why loom's plan was declined, when it was (None otherwise)."""
     by_name = {r.get("allocator"): r for r in rows or ()}
     loom, unplanned = by_name.get("loom"), by_name.get("loom_unplanned")
     if not loom or not unplanned:
         return None
+    counters = loom.get("counters") or {}
+    if counters.get("plan_not_served"):
+        with_plan = counters.get("plan_check_planned_bytes", 0)
+        without = counters.get("plan_check_unplanned_bytes", 0)
+        dynamic = counters.get("dynamic_requests", 0)
+        why = (f"its {dynamic} dynamic requests (sizes change every "
+               f"iteration) would be served beside the plan's region, "
+               f"borrowing its memory only in whole chunks idle until they "
+               f"end; one space serving everything holds less. "
+               if dynamic else "")
+        return (f"why loom's plan is declined: replayed on the trace it was "
+                f"made from, the plan held {_human(with_plan)} at its peak "
+                f"and loom without a plan {_human(without)}; {why}A plan "
+                f"that costs memory on its own recording is not served, so "
+                f"loom is loom_unplanned here (whatif/loom/plan_check.h, "
+                f"bench/results/misses.md)")
     if unplanned["peak_reserved_bytes"] >= loom["peak_reserved_bytes"]:
         return None
     points = 100 * (unplanned["efficiency"] - loom["efficiency"])

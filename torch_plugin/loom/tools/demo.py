@@ -9,8 +9,10 @@ training step (a memory snapshot shipped as a loom trace in
 bench/data/traces/) and on a generated MoE training run whose expert sizes
 change every iteration. Prints each table and a summary (a loom row planned
 from the very trace it is measured on says "oracle"; where loom unplanned
-holds less than planned loom, as on the MoE run, a note under the table says
-why), and writes one picture per workload (captioned: what each allocator
+holds less than planned loom, or loom's plan was declined because it lost
+on the trace it was made from (whatif/loom/plan_check.h), as on the MoE run,
+a note under the table says why), and writes one picture per workload
+(captioned: what each allocator
 row is). Without matplotlib (the `plots` extra) the tables are printed
 all the same and one line at the end says the pictures were skipped and
 how to get them.
@@ -91,6 +93,9 @@ def plan_note(row):
     plan_from = row.get("plan_from")
     if not plan_from:
         return ""
+    if (row.get("counters") or {}).get("plan_not_served"):
+        return (f"plan from {plan_from} declined (it lost on that trace): "
+                f"no plan")
     if "oracle" in plan_from:
         return "oracle: planned from this very trace"
     return f"planned from {plan_from}"
