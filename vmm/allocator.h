@@ -87,6 +87,10 @@ struct AllocatorOptions {
   // The largest physical handle created, in granules (1..512): the
   // physical-layout setting (docs/design.md, "Physical layout variants").
   uint32_t max_chunk_pages = 512;
+  // Say on stderr when the plan loses to the dynamic space (the referee's
+  // one line). Off for allocators that replay a recording on the side (the
+  // plan check, whatif/loom/plan_check.h): their plans are not the run's.
+  bool log_plan_loss = true;
 };
 
 // One piece of physical memory behind a live allocation.

@@ -355,6 +355,7 @@ void Allocator::JudgePlan(uint64_t held_bytes) {
   // granules are any arena request's (as while suspended), so the memory
   // it backed serves the dynamic space instead of new memory.
   serving_ = nullptr;
+  if (!options_.log_plan_loss) return;
   fmt::print(stderr,
              "loom: the plan lost to the dynamic space ({} MiB held, the "
              "dynamic space alone would hold {} MiB): it stops serving\n",

@@ -57,6 +57,7 @@ StatusOr<std::unique_ptr<LoomSimAllocator>> LoomSimAllocator::Create(
   LOOM_ASSIGN_OR_RETURN(a->driver_,
                         vmm::OpenDriver(a->options_.backend, driver_options));
   vmm::AllocatorOptions allocator_options;
+  allocator_options.log_plan_loss = a->options_.log_plan_loss;
   if (a->options_.switch_plan.has_value()) {
     if (a->options_.plan.has_value()) {
       return InvalidArgumentError(

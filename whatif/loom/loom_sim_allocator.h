@@ -58,6 +58,8 @@ struct LoomSimOptions {
   std::optional<vmm::RuntimePlan> switch_plan;
   int64_t switch_at = -1;
   size_t record_capacity = 0;
+  // vmm::AllocatorOptions::log_plan_loss.
+  bool log_plan_loss = true;
 };
 
 // The two phases of a replay with a switch: before it (unplanned, served by

@@ -26,6 +26,7 @@ StatusOr<ReplayResult> ReplayWith(const plan::Trace& run,
   options.backend = "fake";
   options.granularity = granularity;
   options.names = run.names;
+  options.log_plan_loss = false;  // a replay on the side, not the run's plan
   if (switch_at >= 0 && plan.has_value()) {
     options.switch_plan = std::move(plan);
     options.switch_at = switch_at;
