@@ -219,18 +219,26 @@ int RunPlan(const Args& raw_args) {
   const plan::PlanFile& file = made->file;
   // A trace (not a CSV instance): the plan replayed on it, as auto mode
   // does before installing it (whatif/loom/plan_check.h).
+  // A check that cannot run is reported and costs the plan nothing (as in
+  // libloom's loom_plan_trace).
   std::optional<whatif::PlanCheck> check;
+  std::string check_error;
   if (check_plan && made->requests.has_value()) {
     StatusOr<plan::Trace> trace = generated.has_value()
                                       ? StatusOr<plan::Trace>(*generated)
                                       : plan::ReadTrace(input);
-    if (!trace.ok()) return fail(trace.status());
-    const uint64_t g =
-        trace->header.granularity != 0 ? trace->header.granularity : granule;
     StatusOr<whatif::PlanCheck> checked =
-        whatif::CheckPlanOnRecording(*trace, file, g);
-    if (!checked.ok()) return fail(checked.status());
-    check = *checked;
+        trace.ok() ? whatif::CheckPlanOnRecording(
+                         *trace, file,
+                         trace->header.granularity != 0
+                             ? trace->header.granularity
+                             : granule)
+                   : StatusOr<whatif::PlanCheck>(trace.status());
+    if (checked.ok()) {
+      check = *checked;
+    } else {
+      check_error = checked.status().ToString();
+    }
   }
   const plan::PlanResult& result = made->result;
   const plan::Verdict& verdict = made->verdict;
@@ -248,6 +256,10 @@ int RunPlan(const Args& raw_args) {
     std::string report = plan::MadePlanJson(*made, options, 2);
     if (check.has_value()) {
       report = fmt::format("{{\n  \"check\": {},{}", check->Json(),
+                           std::string_view(report).substr(1));
+    } else if (!check_error.empty()) {
+      report = fmt::format("{{\n  \"check_error\": {},{}",
+                           JsonWriter::Quote(check_error),
                            std::string_view(report).substr(1));
     }
     std::printf("%s\n", report.c_str());
@@ -300,6 +312,8 @@ int RunPlan(const Args& raw_args) {
     }
     if (check.has_value())
       std::printf("check        %s\n", check->Summary().c_str());
+    if (!check_error.empty())
+      std::printf("check        could not run: %s\n", check_error.c_str());
     if (!output.empty()) std::printf("plan file    %s\n", output.c_str());
   }
   if (dump) {

@@ -141,8 +141,9 @@ const char* loom_version(void);
  * NULL or "" for the defaults). Result: the report as JSON; for a trace it
  * has "check": the plan replayed on that trace with and without it
  * (whatif/loom/plan_check.h: planned_peak_reserved_bytes,
- * unplanned_peak_reserved_bytes, earns_its_place). A plan that does not fit
- * the capacity is not written: FAILED_PRECONDITION. */
+ * unplanned_peak_reserved_bytes, earns_its_place), or "check_error" when
+ * the check could not run (the plan is written all the same). A plan that
+ * does not fit the capacity is not written: FAILED_PRECONDITION. */
 int loom_plan_trace(const char* input, const char* plan_path,
                     const char* options);
 /* Result: the request fingerprint of the trace at `path` as JSON

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/json.h"
 #include "plan/make_plan.h"
 #include "plan/planfile/plan_file.h"
 #include "plan/trace/fingerprint.h"
@@ -87,6 +88,18 @@ StatusOr<Event> DecodeRecord(const unsigned long long* r) {
   return event;
 }
 
+// The plan replayed on the trace it was made from, with and without it, at
+// the recorded device's granularity (the run time's), else the planner's.
+StatusOr<loom::whatif::PlanCheck> CheckOnTrace(
+    const char* input, const loom::plan::MadePlan& made,
+    const loom::plan::MakePlanOptions& make) {
+  LOOM_ASSIGN_OR_RETURN(loom::plan::Trace trace, loom::plan::ReadTrace(input));
+  const uint64_t granularity = trace.header.granularity != 0
+                                   ? trace.header.granularity
+                                   : make.granule_bytes;
+  return loom::whatif::CheckPlanOnRecording(trace, made.file, granularity);
+}
+
 }  // namespace
 
 extern "C" {
@@ -116,19 +129,17 @@ LOOM_EXPORT int loom_plan_trace(const char* input, const char* plan_path,
     if (made.requests.has_value()) {
       // A trace (not a CSV instance): does the plan earn its place on it
       // (whatif/loom/plan_check.h)? The verdict goes in the report; the
-      // session does not serve a plan that does not.
-      LOOM_ASSIGN_OR_RETURN(loom::plan::Trace trace,
-                            loom::plan::ReadTrace(input));
-      // At the recorded device's granularity (the run time's), else the
-      // planner's.
-      const uint64_t granularity = trace.header.granularity != 0
-                                       ? trace.header.granularity
-                                       : make.granule_bytes;
-      LOOM_ASSIGN_OR_RETURN(
-          loom::whatif::PlanCheck check,
-          loom::whatif::CheckPlanOnRecording(trace, made.file, granularity));
-      last_result = fmt::format("{{\"check\": {}, {}", check.Json(),
-                                std::string_view(last_result).substr(1));
+      // session does not serve a plan that does not. A check that cannot
+      // run is reported ("check_error") and costs the plan nothing: the
+      // plan is made and written, as before the check existed.
+      StatusOr<loom::whatif::PlanCheck> check = CheckOnTrace(input, made, make);
+      last_result = fmt::format(
+          "{{{}, {}",
+          check.ok()
+              ? fmt::format("\"check\": {}", check->Json())
+              : fmt::format("\"check_error\": {}",
+                            loom::JsonWriter::Quote(check.status().ToString())),
+          std::string_view(last_result).substr(1));
     }
     return loom::OkStatus();
   });

@@ -299,6 +299,9 @@ class Session:
         report = planning.plan_trace(
             trace, plan, fingerprint, planner=config.planner,
             options=self._planner_options(), rank=rank, native=self.native)
+        if report.get("check_error"):
+            log.warning("loom: the plan check could not run (%s); the plan "
+                        "is installed unchecked", report["check_error"])
         return Path(plan), "own", report.get("check")
 
     def _install_if_ready(self):

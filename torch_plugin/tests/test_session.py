@@ -174,6 +174,32 @@ def test_auto_mode_declines_a_plan_that_loses_on_its_recording(
     assert stats["loom.static_region_bytes"] == 0
 
 
+def test_auto_mode_installs_a_plan_whose_check_could_not_run(
+        loom_env, tmp_path, monkeypatch, caplog):
+    """A check that cannot run (libloom's report says "check_error") costs
+    the plan nothing: it is installed, and a warning says it is unchecked."""
+    loom = loom_env
+    real = planning.plan_trace
+
+    def unchecked(*args, **kwargs):
+        report = real(*args, **kwargs)
+        del report["check"]
+        report["check_error"] = "INTERNAL: replaying the recording failed"
+        return report
+
+    monkeypatch.setattr(planning, "plan_trace", unchecked)
+    session = loom._configure_native(mode="auto", workdir=tmp_path,
+                                     record_iterations=3, plan_async=False,
+                                     plan_options={"time_limit": 2}, **HOST)
+    with caplog.at_level(logging.WARNING, logger="loom"):
+        loop = _run(loom, session, 3)
+    status = loom.status()
+    assert status["state"] == "planned" and status["plan_loaded"]
+    assert status["plan_check"] is None
+    assert "the plan check could not run (INTERNAL: replaying" in caplog.text
+    loop.close()
+
+
 def test_auto_mode_plan_that_cannot_be_installed(loom_env, tmp_path):
     loom = loom_env
 
