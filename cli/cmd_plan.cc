@@ -228,12 +228,12 @@ int RunPlan(const Args& raw_args) {
                                       ? StatusOr<plan::Trace>(*generated)
                                       : plan::ReadTrace(input);
     StatusOr<whatif::PlanCheck> checked =
-        trace.ok() ? whatif::CheckPlanOnRecording(
-                         *trace, file,
-                         trace->header.granularity != 0
-                             ? trace->header.granularity
-                             : granule)
-                   : StatusOr<whatif::PlanCheck>(trace.status());
+        trace.ok()
+            ? whatif::CheckPlanOnRecording(*trace, file,
+                                           trace->header.granularity != 0
+                                               ? trace->header.granularity
+                                               : granule)
+            : StatusOr<whatif::PlanCheck>(trace.status());
     if (checked.ok()) {
       check = *checked;
     } else {
