@@ -307,6 +307,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     // idle static page.
     if (active_ != nullptr) {
       ++stats_.suspended_requests;
+      ++iteration_unrouted_;
       // In the prologue the matcher's cursor keeps its place across
       // iteration markers: it follows the run while the plan is suspended,
       // so the next iteration's requests meet their own entries.

@@ -518,6 +518,9 @@ class Allocator {
   uint32_t trial_hits_ = 0;
   uint64_t held_high_water_ = 0;  // the most physical memory ever held
   uint64_t iteration_misses_ = 0;
+  // Requests of this iteration an installed plan did not route (suspended
+  // or lost): with no hit or miss, the iteration's hit rate is 0.
+  uint64_t iteration_unrouted_ = 0;
   AllocatorStats stats_;
   bool recording_ = false;
   // The persistent prologue entries of the installed plan, for

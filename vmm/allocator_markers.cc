@@ -11,6 +11,11 @@ void Allocator::IterationBegin(uint64_t number) {
   if (stats_.iterations > 0 && iteration_hits_ + iteration_misses_ > 0) {
     stats_.last_iteration_hit_rate = static_cast<double>(iteration_hits_) /
                                      (iteration_hits_ + iteration_misses_);
+  } else if (stats_.iterations > 0 && iteration_unrouted_ > 0) {
+    // A plan is installed but served none of the iteration's requests (it
+    // lost to the dynamic space, or was suspended from its first request):
+    // not the last served iteration's rate.
+    stats_.last_iteration_hit_rate = 0;
   }
   ++stats_.iterations;
   fit_.IterationBegin();
@@ -42,6 +47,7 @@ void Allocator::IterationBegin(uint64_t number) {
   if (active_ != nullptr) active_->last_used = stats_.iterations;
   iteration_hits_ = 0;
   iteration_misses_ = 0;
+  iteration_unrouted_ = 0;
   window_cursors_.clear();
   trial_hits_ = 0;
   trial_left_ = 0;

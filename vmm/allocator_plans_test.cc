@@ -315,6 +315,33 @@ TEST(AllocatorPlansTest, AGrownRequestTakesIdleBytesAfterItsEntryOnly) {
   a2->CheckInvariants();
 }
 
+TEST(AllocatorPlansTest, AnIterationALostPlanDidNotServeHasHitRateZero) {
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG, 40)).ok());
+  // Iteration 0: its first 20 requests hit, then another shape's miss
+  // until the plan is suspended.
+  a->IterationBegin(0);
+  std::vector<DevicePtr> live;
+  for (int i = 0; i < 20; ++i) live.push_back(*a->Allocate(kG, 0));
+  for (int i = 0; i < 20; ++i) live.push_back(*a->Allocate(3 * kG, 0));
+  for (DevicePtr p : live) ASSERT_TRUE(a->Free(p).ok());
+  a->IterationEnd(0);
+  ASSERT_TRUE(a->PlanSuspended());
+  // Its layout would raise the peak: refused, and the plan loses.
+  EXPECT_FALSE(a->AddPlanVariant(StackPlan(3 * kG, 60), true).ok());
+  ASSERT_EQ(a->stats().plan_verdict, "lost");
+  RunStack(*a, *d, kG, 40, 1);
+  const AllocatorStats first = a->stats();  // iteration 0's rate
+  EXPECT_GT(first.last_iteration_hit_rate, 0.5);
+  EXPECT_LT(first.last_iteration_hit_rate, 1.0);
+  RunStack(*a, *d, kG, 40, 2);
+  const AllocatorStats lost = a->stats();  // iteration 1's: nothing routed
+  EXPECT_EQ(lost.plan_hits, first.plan_hits);
+  EXPECT_EQ(lost.last_iteration_hit_rate, 0.0);
+  a->CheckInvariants();
+}
+
 TEST(AllocatorPlansTest,
      AVariantThatWouldRaiseThePeakIsRefusedAndThePlanLoses) {
   auto d = Host();

@@ -70,7 +70,10 @@ struct AllocatorStats {
   // (Allocator::PlacePersistent).
   uint64_t persistent_placements = 0;
   uint64_t iterations = 0;              // iteration-begin markers seen
-  double last_iteration_hit_rate = -1;  // -1 until an iteration completes
+  // Hits / (hits + misses) of the last complete iteration; 0 when a plan
+  // was installed but routed none of its requests (lost, or suspended from
+  // the start); -1 until an iteration completes.
+  double last_iteration_hit_rate = -1;
   // Plans: variants installed, plans unloaded, how often the plan did not
   // fit (suspensions), iterations that ended suspended (and whether the
   // last one did), requests served while suspended, variant switches.
