@@ -218,27 +218,15 @@ int RunPlan(const Args& raw_args) {
   if (!made.ok()) return fail(made.status());
   const plan::PlanFile& file = made->file;
   // A trace (not a CSV instance): the plan replayed on it, as auto mode
-  // does before installing it (whatif/loom/plan_check.h).
-  // A check that cannot run is reported and costs the plan nothing (as in
-  // libloom's loom_plan_trace).
-  std::optional<whatif::PlanCheck> check;
-  std::string check_error;
+  // does before installing it (whatif/loom/plan_check.h); a check that
+  // cannot run is reported and costs the plan nothing.
+  std::optional<StatusOr<whatif::PlanCheck>> check;
   if (check_plan && made->requests.has_value()) {
     StatusOr<plan::Trace> trace = generated.has_value()
                                       ? StatusOr<plan::Trace>(*generated)
                                       : plan::ReadTrace(input);
-    StatusOr<whatif::PlanCheck> checked =
-        trace.ok()
-            ? whatif::CheckPlanOnRecording(*trace, file,
-                                           trace->header.granularity != 0
-                                               ? trace->header.granularity
-                                               : granule)
-            : StatusOr<whatif::PlanCheck>(trace.status());
-    if (checked.ok()) {
-      check = *checked;
-    } else {
-      check_error = checked.status().ToString();
-    }
+    check = trace.ok() ? whatif::CheckPlanOnRecording(*trace, file, granule)
+                       : StatusOr<whatif::PlanCheck>(trace.status());
   }
   const plan::PlanResult& result = made->result;
   const plan::Verdict& verdict = made->verdict;
@@ -254,14 +242,7 @@ int RunPlan(const Args& raw_args) {
   }
   if (json) {
     std::string report = plan::MadePlanJson(*made, options, 2);
-    if (check.has_value()) {
-      report = fmt::format("{{\n  \"check\": {},{}", check->Json(),
-                           std::string_view(report).substr(1));
-    } else if (!check_error.empty()) {
-      report = fmt::format("{{\n  \"check_error\": {},{}",
-                           JsonWriter::Quote(check_error),
-                           std::string_view(report).substr(1));
-    }
+    if (check.has_value()) report = whatif::WithPlanCheck(report, *check);
     std::printf("%s\n", report.c_str());
   } else {
     const double ratio =
@@ -310,10 +291,12 @@ int RunPlan(const Args& raw_args) {
           FormatBytes(s.bytes()).c_str(),
           static_cast<unsigned long long>(s.granule_count(granule)));
     }
-    if (check.has_value())
-      std::printf("check        %s\n", check->Summary().c_str());
-    if (!check_error.empty())
-      std::printf("check        could not run: %s\n", check_error.c_str());
+    if (check.has_value()) {
+      const std::string line =
+          check->ok() ? (*check)->Summary()
+                      : "could not run: " + check->status().ToString();
+      std::printf("check        %s\n", line.c_str());
+    }
     if (!output.empty()) std::printf("plan file    %s\n", output.c_str());
   }
   if (dump) {

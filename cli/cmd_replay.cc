@@ -10,7 +10,6 @@
 #include "cli/replay_iterations.h"
 #include "vmm/plan_loader.h"
 #include "whatif/compare/compare.h"
-#include "whatif/loom/loom_factory.h"
 #include "whatif/loom/loom_sim_allocator.h"
 #include "whatif/loom/plan_check.h"
 #include "whatif/loom/plan_source.h"

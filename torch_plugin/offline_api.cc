@@ -11,7 +11,6 @@
 #include <string_view>
 #include <vector>
 
-#include "base/json.h"
 #include "plan/make_plan.h"
 #include "plan/planfile/plan_file.h"
 #include "plan/trace/fingerprint.h"
@@ -88,16 +87,13 @@ StatusOr<Event> DecodeRecord(const unsigned long long* r) {
   return event;
 }
 
-// The plan replayed on the trace it was made from, with and without it, at
-// the recorded device's granularity (the run time's), else the planner's.
+// The plan replayed on the trace it was made from, with and without it.
 StatusOr<loom::whatif::PlanCheck> CheckOnTrace(
     const char* input, const loom::plan::MadePlan& made,
     const loom::plan::MakePlanOptions& make) {
   LOOM_ASSIGN_OR_RETURN(loom::plan::Trace trace, loom::plan::ReadTrace(input));
-  const uint64_t granularity = trace.header.granularity != 0
-                                   ? trace.header.granularity
-                                   : make.granule_bytes;
-  return loom::whatif::CheckPlanOnRecording(trace, made.file, granularity);
+  return loom::whatif::CheckPlanOnRecording(trace, made.file,
+                                            make.granule_bytes);
 }
 
 }  // namespace
@@ -132,14 +128,8 @@ LOOM_EXPORT int loom_plan_trace(const char* input, const char* plan_path,
       // session does not serve a plan that does not. A check that cannot
       // run is reported ("check_error") and costs the plan nothing: the
       // plan is made and written, as before the check existed.
-      StatusOr<loom::whatif::PlanCheck> check = CheckOnTrace(input, made, make);
-      last_result = fmt::format(
-          "{{{}, {}",
-          check.ok()
-              ? fmt::format("\"check\": {}", check->Json())
-              : fmt::format("\"check_error\": {}",
-                            loom::JsonWriter::Quote(check.status().ToString())),
-          std::string_view(last_result).substr(1));
+      last_result = loom::whatif::WithPlanCheck(
+          last_result, CheckOnTrace(input, made, make));
     }
     return loom::OkStatus();
   });

@@ -127,6 +127,24 @@ def test_auto_mode_planning_failure_keeps_training(loom_env, tmp_path, caplog):
     session.native.check_invariants(0)
 
 
+def _auto_with_report(loom, tmp_path, monkeypatch, edit):
+    """Auto mode over three iterations of the fake loop, libloom's planning
+    report changed by `edit(report)` before the session reads it; returns
+    the session and the loop."""
+    real = planning.plan_trace
+
+    def edited(*args, **kwargs):
+        report = real(*args, **kwargs)
+        edit(report)
+        return report
+
+    monkeypatch.setattr(planning, "plan_trace", edited)
+    session = loom._configure_native(mode="auto", workdir=tmp_path,
+                                     record_iterations=3, plan_async=False,
+                                     plan_options={"time_limit": 2}, **HOST)
+    return session, _run(loom, session, 3)
+
+
 def test_auto_mode_declines_a_plan_that_loses_on_its_recording(
         loom_env, tmp_path, monkeypatch, caplog):
     """libloom replays the recorded iterations with and without the plan it
@@ -134,23 +152,17 @@ def test_auto_mode_declines_a_plan_that_loses_on_its_recording(
     dynamic space alone is not installed. The fake loop's plan earns its
     place (checked first), so the report is turned into a losing one."""
     loom = loom_env
-    real = planning.plan_trace
     checks = []
 
-    def losing(*args, **kwargs):
-        report = real(*args, **kwargs)
+    def losing(report):
         checks.append(dict(report["check"]))
         report["check"]["earns_its_place"] = False
         report["check"]["planned_peak_reserved_bytes"] = \
             report["check"]["unplanned_peak_reserved_bytes"] + (8 << 20)
-        return report
 
-    monkeypatch.setattr(planning, "plan_trace", losing)
-    session = loom._configure_native(mode="auto", workdir=tmp_path,
-                                     record_iterations=3, plan_async=False,
-                                     plan_options={"time_limit": 2}, **HOST)
     with caplog.at_level(logging.INFO, logger="loom"):
-        loop = _run(loom, session, 3)
+        session, loop = _auto_with_report(loom, tmp_path, monkeypatch,
+                                          losing)
     # What libloom said of the real plan: both peaks, and that it earns it.
     assert len(checks) == 1 and checks[0]["earns_its_place"] is True
     assert 0 < checks[0]["planned_peak_reserved_bytes"] <= \
@@ -179,20 +191,13 @@ def test_auto_mode_installs_a_plan_whose_check_could_not_run(
     """A check that cannot run (libloom's report says "check_error") costs
     the plan nothing: it is installed, and a warning says it is unchecked."""
     loom = loom_env
-    real = planning.plan_trace
 
-    def unchecked(*args, **kwargs):
-        report = real(*args, **kwargs)
+    def unchecked(report):
         del report["check"]
         report["check_error"] = "INTERNAL: replaying the recording failed"
-        return report
 
-    monkeypatch.setattr(planning, "plan_trace", unchecked)
-    session = loom._configure_native(mode="auto", workdir=tmp_path,
-                                     record_iterations=3, plan_async=False,
-                                     plan_options={"time_limit": 2}, **HOST)
     with caplog.at_level(logging.WARNING, logger="loom"):
-        loop = _run(loom, session, 3)
+        _, loop = _auto_with_report(loom, tmp_path, monkeypatch, unchecked)
     status = loom.status()
     assert status["state"] == "planned" and status["plan_loaded"]
     assert status["plan_check"] is None

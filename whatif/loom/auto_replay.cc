@@ -64,9 +64,7 @@ StatusOr<AutoReplayResult> ReplayAutoMode(const plan::Trace& trace,
     loom.switch_plan = std::move(planned->runtime);
     loom.switch_at = switch_at;
     loom.record_capacity = run.trace.events.size();
-    autoplan::ReplanOptions replan;  // auto mode re-plans (config.py)
-    replan.plan_options.time_limit_seconds = options.time_limit_seconds;
-    loom.replan = replan;
+    loom.replan = ReplanOptionsFor(plan_options);  // auto mode re-plans
   }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<LoomSimAllocator> allocator,
                         LoomSimAllocator::Create(std::move(loom)));

@@ -44,13 +44,6 @@ class PlannedLoom final : public SimAllocator {
 
 }  // namespace
 
-autoplan::ReplanOptions ReplanOptionsFor(const SelfPlanOptions& planning) {
-  autoplan::ReplanOptions replan;
-  replan.plan_options.time_limit_seconds = planning.time_limit_seconds;
-  replan.plan_options.scope = planning.scope;
-  return replan;
-}
-
 AllocatorFactory LoomAllocatorFactory(const LoomRowOptions& row) {
   const SelfPlanOptions options = row.planning;
   const bool plan = row.plan;

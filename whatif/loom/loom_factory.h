@@ -9,7 +9,6 @@
 #include <memory>
 #include <string>
 
-#include "autoplan/replanner.h"
 #include "whatif/compare/compare.h"
 #include "whatif/loom/self_plan.h"
 
@@ -29,10 +28,6 @@ struct LoomRowOptions {
 };
 
 AllocatorFactory LoomAllocatorFactory(const LoomRowOptions& options);
-
-// The re-planner of the loom row (auto mode's, at run time): the row's
-// planner settings for each shape of iteration the plan does not fit.
-autoplan::ReplanOptions ReplanOptionsFor(const SelfPlanOptions& planning);
 
 }  // namespace loom::whatif
 

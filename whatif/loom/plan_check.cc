@@ -99,9 +99,21 @@ std::string PlanCheck::Json() const {
 StatusOr<PlanCheck> CheckPlanOnRecording(const plan::Trace& recording,
                                          const plan::PlanFile& plan,
                                          uint64_t granularity) {
+  if (recording.header.granularity != 0)
+    granularity = recording.header.granularity;
   LOOM_ASSIGN_OR_RETURN(vmm::RuntimePlan runtime,
                         vmm::ToRuntimePlan(plan, "plan check", granularity));
   return CheckPlanOnRecording(recording, runtime, granularity);
+}
+
+std::string WithPlanCheck(std::string_view report,
+                          const StatusOr<PlanCheck>& check) {
+  const std::string field =
+      check.ok() ? fmt::format("\"check\": {}", check->Json())
+                 : fmt::format("\"check_error\": {}",
+                               JsonWriter::Quote(check.status().ToString()));
+  // After the object's opening brace, before its first key.
+  return fmt::format("{{{},{}", field, report.substr(1));
 }
 
 StatusOr<PlanCheck> CheckPlanOnRecording(const plan::Trace& recording,

@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "plan/planfile/plan_file.h"
@@ -73,10 +74,17 @@ StatusOr<PlanCheck> CheckPlanOnRecording(const plan::Trace& recording,
                                          const vmm::RuntimePlan& plan,
                                          uint64_t granularity);
 // The same for a plan file (as `loom plan` writes it), loaded as the run
-// time loads it.
+// time loads it, at the recorded device's granularity (the run time's) if
+// the recording has one, else `granularity` (the planner's).
 StatusOr<PlanCheck> CheckPlanOnRecording(const plan::Trace& recording,
                                          const plan::PlanFile& plan,
                                          uint64_t granularity);
+
+// `report` (a JSON object) with the check first: "check" (PlanCheck::Json),
+// or "check_error" when it could not run (a check that cannot run costs
+// the plan nothing: libloom's loom_plan_trace and `loom plan` report it).
+std::string WithPlanCheck(std::string_view report,
+                          const StatusOr<PlanCheck>& check);
 
 }  // namespace loom::whatif
 

@@ -23,4 +23,11 @@ StatusOr<SelfPlan> PlanTraceForRuntime(const plan::Trace& trace,
   return out;
 }
 
+autoplan::ReplanOptions ReplanOptionsFor(const SelfPlanOptions& planning) {
+  autoplan::ReplanOptions replan;
+  replan.plan_options.time_limit_seconds = planning.time_limit_seconds;
+  replan.plan_options.scope = planning.scope;
+  return replan;
+}
+
 }  // namespace loom::whatif

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "autoplan/replanner.h"
 #include "base/status.h"
 #include "plan/make_plan.h"
 #include "vmm/runtime_plan.h"
@@ -32,6 +33,11 @@ struct SelfPlan {
 
 StatusOr<SelfPlan> PlanTraceForRuntime(const plan::Trace& trace,
                                        const SelfPlanOptions& options = {});
+
+// The re-planner with the same planner settings (time limit, scope), for
+// each shape of iteration the plan does not fit, as auto mode re-plans at
+// run time: compare's loom row, `loom replay --replan`, `--auto`.
+autoplan::ReplanOptions ReplanOptionsFor(const SelfPlanOptions& planning);
 
 }  // namespace loom::whatif
 
