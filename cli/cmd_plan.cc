@@ -59,11 +59,20 @@ StatusOr<std::vector<plan::TimeWindow>> ParseWindows(std::string_view text) {
   return out;
 }
 
-void PrintShow(const plan::PlanFile& plan, bool json, int64_t max_buffers) {
+void PrintShow(const plan::PlanFile& plan, const std::string& path, bool json,
+               int64_t max_buffers) {
+  // The check made when the plan was (section CHEK), if it was.
+  const StatusOr<std::optional<whatif::PlanCheck>> check =
+      whatif::RecordedPlanCheck(plan, path);
   if (!json) {
     std::fputs(
         plan::FormatPlanText(plan, static_cast<size_t>(max_buffers)).c_str(),
         stdout);
+    std::printf("check         %s\n",
+                !check.ok()          ? check.status().ToString().c_str()
+                : check->has_value() ? (*check)->Summary().c_str()
+                                     : "none recorded (made without the "
+                                       "check, or not from a trace)");
     return;
   }
   JsonWriter w(2);
@@ -80,6 +89,13 @@ void PrintShow(const plan::PlanFile& plan, bool json, int64_t max_buffers) {
   w.Key("seconds").Double(plan.seconds);
   w.Key("optimal").Bool(plan.optimal);
   w.Key("dynamic_windows").Uint(plan.dynamic_spaces.size());
+  if (!check.ok()) {
+    w.Key("check_error").String(check.status().ToString());
+  } else if (check->has_value()) {
+    w.Key("check").Raw((*check)->Json());
+  } else {
+    w.Key("check").Null();
+  }
   w.EndObject();
   std::printf("%s\n", w.str().c_str());
 }
@@ -95,7 +111,8 @@ int RunPlan(const Args& raw_args) {
   std::string input, output, offsets_path, algorithm = "auto", windows_text;
   // round/align 0: 512 for traces (a GPU tensor's address must be aligned),
   // 1 for CSV instances.
-  uint64_t capacity = 0, round = 0, align = 0, granule = plan::kDefaultGranule;
+  // granule 0: the trace's recorded granularity, else 2 MiB (MakePlanOptions).
+  uint64_t capacity = 0, round = 0, align = 0, granule = 0;
   double time_limit = 10;
   int64_t period = 0, seed = 1, show_buffers = 20;
   bool json = false, minimize = true, dump = false, persistent = true;
@@ -135,7 +152,9 @@ int RunPlan(const Args& raw_args) {
   flags.AddSize(
       "align", &align,
       "align offsets to a power of two (default: 512 for traces, 1 for CSV)");
-  flags.AddSize("granule", &granule, "granule for physical accounting (2MiB)");
+  flags.AddSize("granule", &granule,
+                "granule for physical accounting (default: the granularity "
+                "the trace was recorded at, else 2MiB)");
   flags.AddBool("minimize", &minimize,
                 "keep lowering the peak after a fitting plan (default on)");
   flags.AddInt("period", &period,
@@ -176,7 +195,7 @@ int RunPlan(const Args& raw_args) {
         plan::LooksLikePlanFile(std::string_view(magic, sizeof(magic)))) {
       StatusOr<plan::PlanFile> plan = plan::ReadPlanFile(input);
       if (!plan.ok()) return fail(plan.status());
-      PrintShow(*plan, json, show_buffers);
+      PrintShow(*plan, input, json, show_buffers);
       return 0;
     }
   }
@@ -225,8 +244,12 @@ int RunPlan(const Args& raw_args) {
     StatusOr<plan::Trace> trace = generated.has_value()
                                       ? StatusOr<plan::Trace>(*generated)
                                       : plan::ReadTrace(input);
-    check = trace.ok() ? whatif::CheckPlanOnRecording(*trace, file, granule)
-                       : StatusOr<whatif::PlanCheck>(trace.status());
+    check = trace.ok()
+                ? whatif::CheckPlanOnRecording(*trace, file, file.granule_bytes)
+                : StatusOr<whatif::PlanCheck>(trace.status());
+    // The verdict travels with the plan (section CHEK): plan mode serves a
+    // plan that does not earn its place only when told to.
+    if (check->ok()) whatif::RecordPlanCheck(**check, made->file);
   }
   const plan::PlanResult& result = made->result;
   const plan::Verdict& verdict = made->verdict;
@@ -267,7 +290,7 @@ int RunPlan(const Args& raw_args) {
                 result.optimal ? ", optimal" : "");
     std::printf("granules     %llu x %s touched at the peak\n",
                 static_cast<unsigned long long>(result.peak_granules),
-                FormatBytes(granule).c_str());
+                FormatBytes(file.granule_bytes).c_str());
     std::printf("algorithm    %s\n", result.algorithm.c_str());
     std::printf("seconds      %.3f (plan found after %.3f)\n", result.seconds,
                 result.seconds_to_best);
@@ -289,7 +312,7 @@ int RunPlan(const Args& raw_args) {
           static_cast<long long>(s.window.end),
           s.window.name.empty() ? "-" : s.window.name.c_str(),
           FormatBytes(s.bytes()).c_str(),
-          static_cast<unsigned long long>(s.granule_count(granule)));
+          static_cast<unsigned long long>(s.granule_count(file.granule_bytes)));
     }
     if (check.has_value()) {
       const std::string line =

@@ -100,7 +100,9 @@ int RunReplay(const Args& args) {
                 "with --self-plan, --plan-from or --auto: serve the plan only "
                 "if it earns its place on the trace it was made from (replayed "
                 "with and without it, as the product does before serving a "
-                "plan it made; default on); --no-check serves it anyway");
+                "plan it made; default on); with --plan: only if the check "
+                "recorded in the file (loom plan writes it) says so, as plan "
+                "mode does; --no-check serves it anyway");
   flags.AddBool("json", &json, "print JSON");
   if (auto exit = flags.Parse(args)) return *exit;
   auto fail = [](const Status& status) {
@@ -182,7 +184,8 @@ int RunReplay(const Args& args) {
   std::string plan_note =
       "none (record mode: everything from the dynamic space)";
   double plan_seconds = 0;
-  std::optional<whatif::PlanCheck> check;  // --self-plan, --plan-from
+  // --self-plan, --plan-from; --plan: the check recorded in the file.
+  std::optional<whatif::PlanCheck> check;
   // The planner's settings: --self-plan's (and --plan-from's), --replan's.
   whatif::SelfPlanOptions plan_options;
   plan_options.time_limit_seconds = time_limit > 0 ? time_limit : 10;
@@ -193,11 +196,23 @@ int RunReplay(const Args& args) {
     plan_options.scope = *parsed;
   }
   if (!plan_path.empty()) {
+    StatusOr<plan::PlanFile> file = plan::ReadPlanFile(plan_path);
+    if (!file.ok()) return fail(file.status());
     StatusOr<vmm::RuntimePlan> plan =
-        vmm::ReadRuntimePlan(plan_path, granularity);
+        vmm::ToRuntimePlan(*file, plan_path, granularity);
     if (!plan.ok()) return fail(plan.status());
-    options.plan = std::move(plan).value();
     plan_note = plan_path;
+    // As plan mode: a plan whose recorded check says it loses on its own
+    // recording is not served (control.py).
+    if (check_plan) {
+      StatusOr<std::optional<whatif::PlanCheck>> recorded =
+          whatif::RecordedPlanCheck(*file, plan_path);
+      if (!recorded.ok()) return fail(recorded.status());
+      check = *recorded;
+      if (check.has_value()) plan_note += "; " + check->Summary();
+    }
+    if (!check.has_value() || check->earns_its_place)
+      options.plan = std::move(plan).value();
   } else if (self_plan) {
     StatusOr<whatif::SelfPlan> planned =
         whatif::PlanTraceForRuntime(*planning_trace, plan_options);
@@ -255,7 +270,9 @@ int RunReplay(const Args& args) {
   // A plan file none of whose requests came: most likely another workload's
   // plan. The replay itself is valid (what the plan did not foresee is
   // served outside it), so only a warning, and exit status 0.
-  if (!plan_path.empty() && result->allocs > 0 && stats.plan_hits == 0) {
+  const bool declined = check.has_value() && !check->earns_its_place;
+  if (!plan_path.empty() && !declined && result->allocs > 0 &&
+      stats.plan_hits == 0) {
     std::fprintf(stderr,
                  "loom replay: warning: no request matched the plan (hit "
                  "rate 0.00%%): was %s planned for another workload? (to "

@@ -63,6 +63,7 @@ StatusOr<InstanceInput> ReadInstanceInput(const std::string& path,
     input.group = std::move(problem->phase_group);
     input.requests = std::move(problem->requests);
     input.windows = std::move(problem->windows);
+    input.granularity = trace.header.granularity;
     return input;
   }
   LOOM_ASSIGN_OR_RETURN(CsvInstance csv, ParseMinimallocCsv(bytes, path));

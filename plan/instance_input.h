@@ -33,6 +33,8 @@ struct InstanceInput {
   std::vector<TimeWindow> windows;
   std::string note;  // how the instance was derived, for reports
   int32_t steady_iteration = -1;  // traces: the planned iteration (-1: all)
+  // Traces: the recorded device's granularity (0: not recorded).
+  uint64_t granularity = 0;
 };
 
 struct InstanceInputOptions {

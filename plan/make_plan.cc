@@ -95,7 +95,8 @@ StatusOr<MadePlan> Solve(Instance instance, std::vector<uint32_t> group,
   planner.size_round = options.size_round != 0 ? options.size_round : unit;
   planner.min_alignment =
       options.min_alignment != 0 ? options.min_alignment : unit;
-  planner.granule_bytes = options.granule_bytes;
+  planner.granule_bytes =
+      options.granule_bytes != 0 ? options.granule_bytes : kDefaultGranule;
   planner.group = std::move(group);
   planner.seed = options.seed;
   planner.progress = options.progress;
@@ -233,10 +234,13 @@ StatusOr<MadePlan> MakePlan(const Trace& trace,
                         BuildPlanningProblem(trace, problem_options));
   const int32_t steady = problem.steady_iteration;
   std::string note = std::move(problem.note);
+  MakePlanOptions resolved = options;
+  if (resolved.granule_bytes == 0)
+    resolved.granule_bytes = trace.header.granularity;
   LOOM_ASSIGN_OR_RETURN(
       MadePlan made,
       Solve(std::move(problem.instance), std::move(problem.phase_group),
-            std::move(problem.requests), std::move(problem.windows), options));
+            std::move(problem.requests), std::move(problem.windows), resolved));
   made.steady_iteration = steady;
   made.note = std::move(note);
   return made;
@@ -259,6 +263,8 @@ StatusOr<MadePlan> MakePlanFromFile(const std::string& path,
                         ReadInstanceInput(path, input_options));
   MakePlanOptions with_source = options;
   if (with_source.source.empty()) with_source.source = path;
+  if (with_source.granule_bytes == 0)
+    with_source.granule_bytes = input.granularity;
   if (!input.requests.has_value()) input.instance.period = options.period;
   StatusOr<MadePlan> made =
       Solve(std::move(input.instance), std::move(input.group),

@@ -43,7 +43,9 @@ struct MakePlanOptions {
   // instances.
   uint64_t size_round = 0;
   uint64_t min_alignment = 0;
-  uint64_t granule_bytes = kDefaultGranule;
+  // 0: a trace's recorded granularity (the granules the run time will map
+  // on the device it was recorded on), else kDefaultGranule.
+  uint64_t granule_bytes = 0;
   uint64_t seed = 1;
   bool progress = false;  // solver progress on stderr (a terminal only)
   // Instances only: a cyclic plan with this period (0: not cyclic). A trace

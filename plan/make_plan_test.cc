@@ -72,6 +72,36 @@ TEST(MakePlanTest, FileTraceGivesTheSamePlanAsTheTraceInMemory) {
   EXPECT_EQ(from_file->file.extra, in_memory->file.extra);
 }
 
+TEST(MakePlanTest, ATraceIsPlannedForTheGranularityItWasRecordedAt) {
+  Trace trace = Training();
+  const std::string path = ::testing::TempDir() + "make_plan_granule.ltb";
+  for (uint64_t recorded : {uint64_t{64} << 10, uint64_t{0}}) {
+    trace.header.granularity = recorded;
+    ASSERT_TRUE(WriteTrace(path, trace, TraceFormat::kBinary).ok());
+    // 0 (not recorded): 2 MiB.
+    const uint64_t expected = recorded != 0 ? recorded : kDefaultGranule;
+    StatusOr<MadePlan> in_memory = MakePlan(trace, Quick());
+    StatusOr<MadePlan> from_file = MakePlanFromFile(path, Quick());
+    for (const StatusOr<MadePlan>* made : {&in_memory, &from_file}) {
+      ASSERT_TRUE(made->ok()) << made->status().ToString();
+      EXPECT_EQ((*made)->file.granule_bytes, expected);
+      EXPECT_EQ((*made)->file.region_size % expected, 0u);
+      // The granules touched at the peak are counted in those units.
+      EXPECT_GE((*made)->result.peak_granules * expected,
+                (*made)->result.peak_bytes);
+      EXPECT_LT(((*made)->result.peak_granules - 1) * expected,
+                (*made)->file.region_size);
+    }
+  }
+  // Told otherwise, the planner's granule wins.
+  trace.header.granularity = uint64_t{64} << 10;
+  MakePlanOptions options = Quick();
+  options.granule_bytes = uint64_t{1} << 20;
+  StatusOr<MadePlan> told = MakePlan(trace, options);
+  ASSERT_TRUE(told.ok()) << told.status().ToString();
+  EXPECT_EQ(told->file.granule_bytes, uint64_t{1} << 20);
+}
+
 TEST(MakePlanTest, CsvInstanceHasNoRequestTable) {
   MakePlanOptions options = Quick();
   StatusOr<MadePlan> made = MakePlanFromFile(

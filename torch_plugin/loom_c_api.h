@@ -146,6 +146,11 @@ const char* loom_version(void);
  * does not fit the capacity is not written: FAILED_PRECONDITION. */
 int loom_plan_trace(const char* input, const char* plan_path,
                     const char* options);
+/* Result: {"check": C} where C is the check recorded in the plan file at
+ * `path` when it was made (section CHEK, as loom_plan_trace's "check"), or
+ * null when the file has none. Errors: an unreadable or corrupt plan file,
+ * a corrupt CHEK section (DATA_LOSS). */
+int loom_plan_file_check(const char* path);
 /* Result: the request fingerprint of the trace at `path` as JSON
  * (plan/trace/fingerprint.h). */
 int loom_fingerprint_trace(const char* path);

@@ -7,6 +7,7 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,11 +90,10 @@ StatusOr<Event> DecodeRecord(const unsigned long long* r) {
 
 // The plan replayed on the trace it was made from, with and without it.
 StatusOr<loom::whatif::PlanCheck> CheckOnTrace(
-    const char* input, const loom::plan::MadePlan& made,
-    const loom::plan::MakePlanOptions& make) {
+    const char* input, const loom::plan::MadePlan& made) {
   LOOM_ASSIGN_OR_RETURN(loom::plan::Trace trace, loom::plan::ReadTrace(input));
   return loom::whatif::CheckPlanOnRecording(trace, made.file,
-                                            make.granule_bytes);
+                                            made.file.granule_bytes);
 }
 
 }  // namespace
@@ -120,17 +120,34 @@ LOOM_EXPORT int loom_plan_trace(const char* input, const char* plan_path,
           "{}: no plan within the capacity of {} bytes (best peak {})", input,
           make.capacity, made.result.peak_bytes);
     }
+    // A trace (not a CSV instance): does the plan earn its place on it
+    // (whatif/loom/plan_check.h)? The verdict goes in the report and in the
+    // plan file (section CHEK); the session does not serve a plan that
+    // does not. A check that cannot run is reported ("check_error") and
+    // costs the plan nothing: the plan is made and written, as before the
+    // check existed.
+    std::optional<loom::StatusOr<loom::whatif::PlanCheck>> check;
+    if (made.requests.has_value()) {
+      check = CheckOnTrace(input, made);
+      if (check->ok()) loom::whatif::RecordPlanCheck(**check, made.file);
+    }
     LOOM_RETURN_IF_ERROR(loom::plan::WritePlanFile(plan_path, made.file));
     last_result = loom::plan::MadePlanJson(made, make);
-    if (made.requests.has_value()) {
-      // A trace (not a CSV instance): does the plan earn its place on it
-      // (whatif/loom/plan_check.h)? The verdict goes in the report; the
-      // session does not serve a plan that does not. A check that cannot
-      // run is reported ("check_error") and costs the plan nothing: the
-      // plan is made and written, as before the check existed.
-      last_result = loom::whatif::WithPlanCheck(
-          last_result, CheckOnTrace(input, made, make));
-    }
+    if (check.has_value())
+      last_result = loom::whatif::WithPlanCheck(last_result, *check);
+    return loom::OkStatus();
+  });
+}
+
+LOOM_EXPORT int loom_plan_file_check(const char* path) {
+  return Guarded([&]() -> Status {
+    LOOM_RETURN_IF_ERROR(NeedArgument(path, "plan path"));
+    LOOM_ASSIGN_OR_RETURN(loom::plan::PlanFile file,
+                          loom::plan::ReadPlanFile(path));
+    LOOM_ASSIGN_OR_RETURN(std::optional<loom::whatif::PlanCheck> check,
+                          loom::whatif::RecordedPlanCheck(file, path));
+    last_result = fmt::format("{{\"check\": {}}}",
+                              check.has_value() ? check->Json() : "null");
     return loom::OkStatus();
   });
 }

@@ -43,17 +43,17 @@ def test_verify_with_the_arguments_swapped_names_the_right_order(run,
 
 
 def test_replay_with_another_workload_s_plan_warns(run):
-    assert run("plan", "builtin:moe", "-o", "moe.lplan", "--time-limit",
+    assert run("plan", "builtin:dense", "-o", "dense.lplan", "--time-limit",
                "1").returncode == 0
-    other = run("replay", GPT2, "--plan", "moe.lplan")
+    other = run("replay", GPT2, "--plan", "dense.lplan")
     assert other.returncode == 0, other.stderr
     assert "(hit rate 0.00%)" in other.stdout
     assert other.stderr == (
         f"loom replay: warning: no request matched the plan (hit rate "
-        f"0.00%): was moe.lplan planned for another workload? (to plan this "
+        f"0.00%): was dense.lplan planned for another workload? (to plan this "
         f"trace: loom plan {GPT2} -o PLAN)\n")
     # The same as JSON: the warning on stderr, stdout stays JSON.
-    as_json = run("replay", GPT2, "--plan", "moe.lplan", "--json")
+    as_json = run("replay", GPT2, "--plan", "dense.lplan", "--json")
     assert json.loads(as_json.stdout)["plan_hits"] == 0
     assert as_json.stderr.startswith("loom replay: warning: ")
     # Its own plan: no warning.

@@ -152,3 +152,42 @@ def test_plan_says_whether_the_plan_earns_its_place(tmp_path):
     assert "check" not in json.loads(skipped.stdout)
     csv = run_loom("plan", README, "--json")
     assert "check" not in json.loads(csv.stdout)
+
+
+def test_the_check_travels_with_the_plan_file(tmp_path):
+    """`loom plan` writes the check into the plan file (section CHEK):
+    `loom plan <file>` shows it, `loom replay --plan` serves the plan only
+    if it earns its place (as plan mode does), `--no-check` anyway. A plan
+    made with --no-check has none and is served as given."""
+    _tool()
+    moe = tmp_path / "moe.lplan"
+    made = run_loom("plan", "builtin:moe:seed=2", "--time-limit", "2", "-o",
+                    moe, "--json")
+    assert made.returncode == 0, made.stderr
+    check = json.loads(made.stdout)["check"]
+    shown = run_loom("plan", moe, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["check"] == check
+    assert "does not earn its place" in run_loom("plan", moe).stdout
+
+    def replay(plan, *extra):
+        result = run_loom("replay", "builtin:moe:seed=2", "--plan", plan,
+                          "--json", *extra)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    declined = replay(moe)
+    assert declined["plan_check"] == check
+    assert declined["plan_hits"] == 0 and declined["dynamic_requests"] > 0
+    served = replay(moe, "--no-check")
+    assert "plan_check" not in served and served["plan_hits"] > 0
+    # Served, it holds more than without it: the check was right.
+    assert served["peak_reserved_bytes"] > declined["peak_reserved_bytes"]
+
+    unchecked = tmp_path / "unchecked.lplan"
+    assert run_loom("plan", "builtin:moe:seed=2", "--time-limit", "2",
+                    "--no-check", "-o", unchecked).returncode == 0
+    assert json.loads(run_loom("plan", unchecked, "--json").stdout)[
+        "check"] is None
+    assert "none recorded" in run_loom("plan", unchecked).stdout
+    assert replay(unchecked)["plan_hits"] > 0

@@ -69,6 +69,7 @@ _SIGNATURES = {
     "loom_version": (_c_char_p, []),
     # Offline tools.
     "loom_plan_trace": (_c_int, [_c_char_p, _c_char_p, _c_char_p]),
+    "loom_plan_file_check": (_c_int, [_c_char_p]),
     "loom_fingerprint_trace": (_c_int, [_c_char_p]),
     "loom_last_result": (_c_char_p, []),
     "loom_trace_new": (_c_void_p, [_c_int, _c_ull, _c_char_p]),
@@ -314,6 +315,16 @@ class Native:
         self._check(f"loom_plan_trace({trace})", self.lib.loom_plan_trace(
             _path(trace), _path(plan), _encode(text)))
         return self._result()
+
+    def plan_file_check(self, path):
+        """The check recorded in the plan file at `path` when it was made
+        (whatif/loom/plan_check.h: planned_peak_reserved_bytes,
+        unplanned_peak_reserved_bytes, earns_its_place, ...), or None when
+        the file has none. Raises NativeError for an unreadable or corrupt
+        file."""
+        self._check(f"loom_plan_file_check({path})",
+                    self.lib.loom_plan_file_check(_path(path)))
+        return self._result()["check"]
 
     def fingerprint_trace(self, path):
         """The request fingerprint of the trace file at `path` (a dict:

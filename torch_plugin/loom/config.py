@@ -65,6 +65,11 @@ class Config:
     # it and plans it as a new plan variant in the background). None: on
     # in auto mode, off otherwise.
     replan: bool = None
+    # Serve a plan only if it earns its place: the check made with it (the
+    # plan replayed on its recording with and without it, in the plan file
+    # or libloom's planning report) must not show it holding more than loom
+    # without a plan. False serves such a plan anyway.
+    check_plan: bool = True
     planner: object = None       # callable(trace, plan) replacing libloom's
     reuse_plan_from: int = None  # a rank whose plan this rank may reuse
     torch_stats: bool = True     # route torch.cuda.memory_stats() to loom
@@ -205,6 +210,7 @@ _OPTIONS = {
     "plan_timeout": lambda v: _seconds(v, "plan_timeout"),
     "plan_async": lambda v: _bool(v, "plan_async"),
     "replan": lambda v: _bool(v, "replan"),
+    "check_plan": lambda v: _bool(v, "check_plan"),
     "planner": _planner,
     "reuse_plan_from": lambda v: v if v is None else _int(
         v, "reuse_plan_from", 0),
@@ -257,6 +263,9 @@ def parse_config(mode, workdir=".loom", plan=None, device=None, **options):
         raise LoomError(f"replan applies to modes that serve plans (auto, "
                         f"plan), not {mode!r}")
     values.setdefault("replan", mode == "auto")
+    if "check_plan" in values and mode in ("record", "pool"):
+        raise LoomError(f"check_plan applies to modes that serve plans (auto, "
+                        f"plan), not {mode!r}")
     config = Config(mode=mode, workdir=Path(workdir),
                     plan=Path(plan) if plan is not None else None,
                     device=device, **values)

@@ -61,9 +61,12 @@ def _start(config, native_path=None):
         if config.mode == "plan":
             plan_file, plan_source = planning.resolve_plan(config, ranks)
         native = _native.load(native_path)
+        plan_check, declined = _recorded_check(config, native, plan_file,
+                                               device)
         host = config.backend != "cuda"
         settings = config_lib.settings_string(
-            config, device_count=device + 1 if host else None, plan=plan_file)
+            config, device_count=device + 1 if host else None,
+            plan=None if declined else plan_file)
         try:
             native.configure(settings)
         except NativeError as error:
@@ -76,7 +79,10 @@ def _start(config, native_path=None):
                             f"{error.message}") from None
         session = Session(config, native, ranks, device, plan_file,
                           plan_source)
-        if plan_file is not None:
+        session.plan_check = plan_check
+        if declined:
+            session.decline_plan_file()
+        elif plan_file is not None:
             try:
                 native.init_device(device)  # builds the allocator: loads the plan
             except NativeError as error:
@@ -90,6 +96,24 @@ def _start(config, native_path=None):
         log.info("loom: %s mode, rank %d, device %d, backend %s", config.mode,
                  ranks.rank, device, config.backend)
         return session
+
+
+def _recorded_check(config, native, plan_file, device):
+    """Plan mode: the check recorded in the plan file when it was made
+    (`loom plan`, or auto mode's planning: the plan replayed on its
+    recording with and without it), and whether it declines the plan (it
+    holds more there than loom without a plan, and check_plan is on).
+    (None, False) without a plan file or a recorded check."""
+    if plan_file is None:
+        return None, False
+    try:
+        check = native.plan_file_check(plan_file)
+    except NativeError as error:
+        raise LoomError(f"cannot install plan {plan_file} on device "
+                        f"{device}: {error.message}") from None
+    declined = check is not None and not check["earns_its_place"] and \
+        config.check_plan
+    return check, declined
 
 
 def _shutdown_quietly(native):

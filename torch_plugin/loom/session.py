@@ -7,6 +7,9 @@ state machine of the three modes:
   record:  recording ──finish(), or buffer nearly full──► recorded
                 (trace.rank{r}.ltb + .json written at an iteration boundary)
   plan:    serving (the plan is installed on the device at enable())
+           declined (the plan file's recorded check says it loses on its
+                     own recording: served without it, unless
+                     check_plan=False)
   auto:    recording ──N iterations──► planning ──plan ready──► planned
                                             │
                                             ├─ failure ──► fallback
@@ -57,7 +60,8 @@ PLANNED = "planned"
 FALLBACK = "fallback"
 # Auto mode made a plan that does not earn its place on the iterations it
 # was made from (it would hold more than loom without a plan there:
-# whatif/loom/plan_check.h): training goes on without it.
+# whatif/loom/plan_check.h), or plan mode was given a plan file whose
+# recorded check says so: training goes on without it.
 DECLINED = "declined"
 SERVING = "serving"
 RECORDED = "recorded"
@@ -314,7 +318,8 @@ class Session:
             return
         plan, source, check = result
         self.plan_check = check
-        if check is not None and not check.get("earns_its_place", True):
+        if check is not None and not check.get("earns_its_place", True) \
+                and self.config.check_plan:
             # On the very iterations it was made from the plan would hold
             # more than the dynamic space alone: not served.
             self.plan_file, self.plan_source = Path(plan), source
@@ -337,6 +342,20 @@ class Session:
         self._stop_recording()
         log.info("loom: plan %s installed at iteration %d", plan,
                  self.iteration)
+
+    def decline_plan_file(self):
+        """Plan mode: the plan file's recorded check says it holds more on
+        its own recording than loom without a plan (and check_plan is on):
+        it is not installed, and everything is served dynamically."""
+        check = self.plan_check
+        self.state = DECLINED
+        log.warning(
+            "loom: the plan %s does not earn its place: on the run it was "
+            "made from it holds %.2f GiB at its peak, loom without a plan "
+            "%.2f GiB; serving without it (check_plan=False serves it "
+            "anyway)", self.plan_file,
+            check["planned_peak_reserved_bytes"] / 2**30,
+            check["unplanned_peak_reserved_bytes"] / 2**30)
 
     def _stop_recording(self):
         # The trace has served its purpose: stop filling the record buffer.
@@ -462,7 +481,8 @@ class Session:
                 "plan_source": self.plan_source,
                 "plan_error": self.plan_error,
                 # The plan replayed on the iterations it was made from, with
-                # and without it (auto mode; "declined" when it loses).
+                # and without it (auto mode's, or the one recorded in plan
+                # mode's plan file; "declined" when it loses).
                 "plan_check": self.plan_check,
                 "record_error": self.record_error,
                 "hit_rate": None if hit_rate is None or hit_rate < 0

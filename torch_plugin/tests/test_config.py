@@ -135,6 +135,13 @@ def test_settings_name_every_key_so_nothing_leaks_from_a_previous_configure():
     assert not config.parse_config("auto", replan=False).replan
     with pytest.raises(LoomError, match="replan applies to modes"):
         config.parse_config("record", replan=True)
+    # A plan that does not earn its place is served only when asked.
+    assert config.parse_config("plan", plan="p.lplan").check_plan
+    assert not config.parse_config("auto", check_plan=False).check_plan
+    with pytest.raises(LoomError, match="check_plan applies to modes"):
+        config.parse_config("record", check_plan=False)
+    with pytest.raises(LoomError, match="check_plan: expected True or False"):
+        config.parse_config("plan", plan="p.lplan", check_plan="no")
     # Host devices cover the rank's device.
     assert ";devices=4;" in config.settings_string(cfg, device_count=4)
     with pytest.raises(LoomError, match="contains ';'"):

@@ -155,15 +155,19 @@ def test_plan_mode_installs_at_enable_with_no_context(loom_env, stub,
     session = loom._configure_native(mode="record", workdir=tmp_path,
                                       **OPTIONS)
     loop = Loop(session.native)
+    # The first iteration begins after the set-up (as loom.watch(model)
+    # marks it), so the plan places its requests too and earns its place.
+    loom.begin_iteration()
     for _ in range(3):
         loop.iteration(loom)
     loop.close()
     loom.finish()
     loom._reset()
     plan = tmp_path / "plan.rank0.lplan"
-    session.native.plan_trace(tmp_path / "trace.rank0.ltb", plan,
-                              {"time_limit": 1})
+    report = session.native.plan_trace(tmp_path / "trace.rank0.ltb", plan,
+                                       {"time_limit": 1})
     assert plan.exists()
+    assert report["check"]["earns_its_place"], report["check"]
     # enable() first thing, on a thread that never touched CUDA.
     result = {}
 
@@ -180,6 +184,7 @@ def test_plan_mode_installs_at_enable_with_no_context(loom_env, stub,
     session = result["session"]
     assert loom.status()["state"] == "serving"
     loop = Loop(session.native)
+    loom.begin_iteration()
     for _ in range(2):
         loop.iteration(loom)
     assert loom.memory_stats()["loom.plan_hits"] > 0

@@ -172,6 +172,10 @@ def test_auto_mode_declines_a_plan_that_loses_on_its_recording(
     assert status["state"] == "declined"
     assert status["plan_check"]["earns_its_place"] is False
     assert status["plan_error"] is None and status["plan_source"] == "own"
+    # The plan file carries libloom's own verdict (section CHEK), for plan
+    # mode to read later.
+    assert session.native.plan_file_check(status["files"]["plan"]) == \
+        checks[0]
     assert not status["plan_loaded"]
     assert "does not earn its place" in caplog.text
     # Training goes on in the dynamic space, data intact.
@@ -451,6 +455,9 @@ def test_record_then_plan_mode_serves_from_the_plan(loom_env, loom_tool,
     del loom_tool  # built, or the test fails
     loom = loom_env
     session = loom._configure_native(mode="record", workdir=tmp_path, **HOST)
+    # The first iteration begins after the set-up (as loom.watch(model)
+    # marks it): its requests are an early iteration's, placed by the plan.
+    loom.begin_iteration()
     _run(loom, session, 4).close()
     loom.finish()
     loom._reset()
@@ -459,9 +466,17 @@ def test_record_then_plan_mode_serves_from_the_plan(loom_env, loom_tool,
     assert cli.main(["plan", str(trace), "-o", str(plan), "--time-limit",
                      "5"]) == 0, capfd.readouterr().err
     session = loom._configure_native(mode="plan", workdir=tmp_path, **HOST)
+    loom.begin_iteration()
     status = loom.status()
     assert status["state"] == "serving" and status["plan_loaded"]
     assert status["plan_source"] == "own"
+    # `loom plan` replayed the trace with and without the plan and wrote the
+    # verdict in the plan file: plan mode reads it.
+    check = status["plan_check"]
+    assert check["earns_its_place"] is True
+    assert 0 < check["peak_allocated_bytes"] <= \
+        check["planned_peak_reserved_bytes"] <= \
+        check["unplanned_peak_reserved_bytes"] + check["slack_bytes"]
     loop = _run(loom, session, 4)  # set-up and the recorded iterations
     hits = loom.memory_stats()["loom.plan_hits"]
     assert hits >= 4, "the weights are placed by the plan"
@@ -474,6 +489,88 @@ def test_record_then_plan_mode_serves_from_the_plan(loom_env, loom_tool,
         hits = stats["loom.plan_hits"]
         session.native.check_invariants(0)
     loop.close()
+
+
+def test_plan_mode_declines_a_plan_file_that_loses_on_its_recording(
+        loom_env, loom_tool, tmp_path, capfd, caplog):
+    """`loom plan` records in the plan file whether the plan earns its
+    place (the recording replayed with and without it). builtin:moe's plan
+    does not (its experts live beside the region: plan_check_test): plan
+    mode serves without it, says so, and serves it only with
+    check_plan=False."""
+    from loom.tools import cli  # pylint: disable=import-outside-toplevel
+    del loom_tool  # built, or the test fails
+    loom = loom_env
+    plan = tmp_path / "moe.lplan"
+    assert cli.main(["plan", "builtin:moe", "-o", str(plan), "--time-limit",
+                     "2"]) == 0, capfd.readouterr().err
+    assert "does not earn its place" in capfd.readouterr().out
+    with caplog.at_level(logging.WARNING, logger="loom"):
+        session = loom._configure_native(mode="plan", workdir=tmp_path,
+                                         plan=plan, **HOST)
+    status = loom.status()
+    assert status["state"] == "declined" and not status["plan_loaded"]
+    check = status["plan_check"]
+    assert check["earns_its_place"] is False
+    assert check["planned_peak_reserved_bytes"] > \
+        check["unplanned_peak_reserved_bytes"] + check["slack_bytes"]
+    assert status["files"]["plan"] == str(plan)
+    assert "does not earn its place" in caplog.text
+    assert "check_plan=False" in caplog.text
+    loop = _run(loom, session, 3)  # everything from the dynamic space
+    stats = loom.memory_stats()
+    assert stats["loom.plan_hits"] == 0 and stats["loom.plan_variants"] == 0
+    assert stats["loom.static_region_bytes"] == 0
+    session.native.check_invariants(0)
+    loop.close()
+    loom._reset()
+    # Asked to: served (another workload's plan, so the run misses it).
+    loom._configure_native(mode="plan", workdir=tmp_path, plan=plan,
+                           check_plan=False, **HOST)
+    status = loom.status()
+    assert status["state"] == "serving" and status["plan_loaded"]
+    assert status["plan_check"]["earns_its_place"] is False
+
+
+def test_plan_mode_refuses_a_plan_file_with_a_corrupt_check(
+        loom_env, loom_tool, tmp_path, capfd):
+    """A CHEK section whose figures contradict its verdict (or any other
+    damage the CRC does not see, as a file written by a faulty tool) stops
+    enable() with the file and the reason; nothing is configured."""
+    from loom.tools import cli  # pylint: disable=import-outside-toplevel
+    del loom_tool
+    loom = loom_env
+    plan = tmp_path / "moe.lplan"
+    assert cli.main(["plan", "builtin:moe", "-o", str(plan), "--time-limit",
+                     "2"]) == 0, capfd.readouterr().err
+    data = bytearray(plan.read_bytes())
+    at = data.rindex(b"CHEK")  # the last section
+    # Section: tag, u32 flags, u64 length, payload (version 1, flags 0: says
+    # mid-run off and does not earn its place), u32 CRC-32C.
+    flags_at = at + 4 + 4 + 8 + 1
+    assert data[flags_at] == 0, "builtin:moe's plan does not earn its place"
+    data[flags_at] = 2  # now says it does, against its own figures
+    length = int.from_bytes(data[at + 8:at + 16], "little")
+    crc = _crc32c(bytes(data[at:at + 16 + length]))
+    data[at + 16 + length:at + 20 + length] = crc.to_bytes(4, "little")
+    plan.write_bytes(bytes(data))
+    with pytest.raises(LoomError, match=r"cannot install plan .*moe\.lplan "
+                       r"on device 0: "
+                       r".*CHEK: the verdict \(earns its place\) "
+                       r"contradicts its figures"):
+        loom._configure_native(mode="plan", workdir=tmp_path, plan=plan,
+                               **HOST)
+    assert loom.status() is None
+
+
+def _crc32c(data):
+    """CRC-32C (Castagnoli), as base/crc32c.h computes it."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
 
 
 def test_auto_mode_reuses_rank0s_plan_only_when_requests_match(

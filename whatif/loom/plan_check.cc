@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "base/byte_stream.h"
 #include "base/json.h"
 #include "vmm/plan_loader.h"
 #include "whatif/loom/loom_sim_allocator.h"
@@ -150,6 +151,96 @@ StatusOr<PlanCheck> CheckPlanOnRecording(const plan::Trace& recording,
   check.earns_its_place = check.planned_peak_reserved <=
                           check.unplanned_peak_reserved + check.slack;
   return check;
+}
+
+namespace {
+
+// CHEK payload: varints version, flags (bit 0 mid_run, bit 1 earns its
+// place), planned, unplanned, allocated peak, slack (bytes).
+constexpr uint64_t kCheckVersion = 1;
+constexpr uint64_t kMidRunFlag = 1;
+constexpr uint64_t kEarnsFlag = 2;
+constexpr uint64_t kMaxCheckBytes = uint64_t{1} << 50;
+
+}  // namespace
+
+void RecordPlanCheck(const PlanCheck& check, plan::PlanFile& file) {
+  std::string payload;
+  plan::AppendVarint(&payload, kCheckVersion);
+  plan::AppendVarint(&payload, (check.mid_run ? kMidRunFlag : 0) |
+                                   (check.earns_its_place ? kEarnsFlag : 0));
+  plan::AppendVarint(&payload, check.planned_peak_reserved);
+  plan::AppendVarint(&payload, check.unplanned_peak_reserved);
+  plan::AppendVarint(&payload, check.peak_allocated);
+  plan::AppendVarint(&payload, check.slack);
+  std::erase_if(file.extra, [](const plan::PlanSection& section) {
+    return section.tag == kPlanCheckTag;
+  });
+  file.extra.push_back(plan::PlanSection{kPlanCheckTag, false, payload});
+}
+
+StatusOr<std::optional<PlanCheck>> RecordedPlanCheck(const plan::PlanFile& file,
+                                                     std::string_view source) {
+  const plan::PlanSection* section = nullptr;
+  for (const plan::PlanSection& s : file.extra) {
+    if (s.tag == kPlanCheckTag) section = &s;
+  }
+  if (section == nullptr) return std::optional<PlanCheck>();
+  const std::string_view payload = section->payload;
+  size_t pos = 0;
+  uint64_t fields[6] = {};
+  constexpr const char* kNames[6] = {"version",        "flags",
+                                     "planned peak",   "unplanned peak",
+                                     "allocated peak", "slack"};
+  for (int i = 0; i < 6; ++i) {
+    const size_t at = pos;
+    Status read = plan::ReadVarint(payload, &pos, &fields[i]);
+    if (!read.ok()) {
+      return DataLossError("{}: CHEK: bad {} at payload byte {}: {}", source,
+                           kNames[i], at, read.message());
+    }
+    if (i == 0 && fields[0] != kCheckVersion) {
+      return DataLossError("{}: CHEK: version {} (this reader knows {})",
+                           source, fields[0], kCheckVersion);
+    }
+    if (i >= 2 && fields[i] > kMaxCheckBytes) {
+      return DataLossError("{}: CHEK: {} of {} bytes is absurd", source,
+                           kNames[i], fields[i]);
+    }
+  }
+  if (pos != payload.size()) {
+    return DataLossError("{}: CHEK: {} bytes after the payload", source,
+                         payload.size() - pos);
+  }
+  if ((fields[1] & ~(kMidRunFlag | kEarnsFlag)) != 0) {
+    return DataLossError("{}: CHEK: unknown flags {:#x}", source, fields[1]);
+  }
+  PlanCheck check;
+  check.mid_run = (fields[1] & kMidRunFlag) != 0;
+  check.earns_its_place = (fields[1] & kEarnsFlag) != 0;
+  check.planned_peak_reserved = fields[2];
+  check.unplanned_peak_reserved = fields[3];
+  check.peak_allocated = fields[4];
+  check.slack = fields[5];
+  if (check.peak_allocated > check.planned_peak_reserved ||
+      check.peak_allocated > check.unplanned_peak_reserved) {
+    return DataLossError(
+        "{}: CHEK: {} bytes allocated at the peak, more than reserved ({} "
+        "with the plan, {} without)",
+        source, check.peak_allocated, check.planned_peak_reserved,
+        check.unplanned_peak_reserved);
+  }
+  const bool earns = check.planned_peak_reserved <=
+                     check.unplanned_peak_reserved + check.slack;
+  if (earns != check.earns_its_place) {
+    return DataLossError(
+        "{}: CHEK: the verdict ({}) contradicts its figures ({} bytes with "
+        "the plan, {} without, slack {})",
+        source, check.earns_its_place ? "earns its place" : "does not",
+        check.planned_peak_reserved, check.unplanned_peak_reserved,
+        check.slack);
+  }
+  return std::optional<PlanCheck>(check);
 }
 
 }  // namespace loom::whatif

@@ -35,6 +35,7 @@
 #define LOOM_WHATIF_LOOM_PLAN_CHECK_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -85,6 +86,23 @@ StatusOr<PlanCheck> CheckPlanOnRecording(const plan::Trace& recording,
 // the plan nothing: libloom's loom_plan_trace and `loom plan` report it).
 std::string WithPlanCheck(std::string_view report,
                           const StatusOr<PlanCheck>& check);
+
+// The check travels with the plan: an optional plan file section CHEK
+// (docs/formats.md), written by `loom plan` and libloom's loom_plan_trace
+// when the check ran, so that whoever serves the file later (plan mode:
+// torch_plugin/loom/control.py; `loom replay --plan`) knows whether it
+// earns its place without the recording. A reader that does not know the
+// section ignores it (it is optional).
+inline constexpr uint32_t kPlanCheckTag = plan::PlanTag("CHEK");
+// Puts `check` in `file` (replacing a CHEK section already there).
+void RecordPlanCheck(const PlanCheck& check, plan::PlanFile& file);
+// The check recorded in `file`; nullopt when it has none (made with
+// --no-check, by another planner, or before checks were recorded). Errors
+// (DATA_LOSS, naming `source`): a payload that is truncated, too long, of
+// another version, with unknown flags, absurd sizes (above 2^50), fewer
+// bytes reserved than allocated, or a verdict its own figures contradict.
+StatusOr<std::optional<PlanCheck>> RecordedPlanCheck(const plan::PlanFile& file,
+                                                     std::string_view source);
 
 }  // namespace loom::whatif
 

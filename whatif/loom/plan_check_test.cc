@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "base/byte_stream.h"
+#include "plan/planfile/plan_file.h"
 #include "plan/trace/trace.h"
 #include "vmm/runtime_plan.h"
 #include "whatif/loom/self_plan.h"
@@ -105,6 +109,106 @@ TEST(PlanCheckTest, OnGeneratedWorkloads) {
   EXPECT_TRUE(dense_check->earns_its_place) << dense_check->Summary();
   EXPECT_LT(dense_check->planned_peak_reserved,
             dense_check->unplanned_peak_reserved);
+}
+
+// A plan file with one buffer (what a section rides on).
+plan::PlanFile OneBufferPlan() {
+  plan::PlanFile file;
+  file.source = "test";
+  file.granule_bytes = kG;
+  file.buffers.push_back({0, 0, kG, 0, 1, 1});
+  file.peak_bytes = file.lower_bound_bytes = kG;
+  file.peak_granules = 1;
+  file.region_size = kG;
+  return file;
+}
+
+PlanCheck Losing() {
+  PlanCheck check;
+  check.mid_run = true;
+  check.planned_peak_reserved = 12 * kG;
+  check.unplanned_peak_reserved = 10 * kG;
+  check.peak_allocated = 9 * kG;
+  check.slack = kG;
+  check.earns_its_place = false;
+  return check;
+}
+
+TEST(PlanCheckSectionTest, TheCheckTravelsWithThePlanFile) {
+  plan::PlanFile file = OneBufferPlan();
+  StatusOr<std::optional<PlanCheck>> none = RecordedPlanCheck(file, "p");
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());  // made without the check
+
+  RecordPlanCheck(Losing(), file);
+  // Through the file's bytes, as `loom plan` writes them and plan mode reads
+  // them.
+  StatusOr<plan::PlanFile> read =
+      plan::DecodePlanFile(plan::EncodePlanFile(file), "p");
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  StatusOr<std::optional<PlanCheck>> back = RecordedPlanCheck(*read, "p");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_TRUE(back->has_value());
+  EXPECT_EQ((*back)->Json(), Losing().Json());
+
+  // Recorded again (a re-check): replaced, never two.
+  PlanCheck earns = Losing();
+  earns.planned_peak_reserved = 10 * kG;
+  earns.mid_run = false;
+  earns.earns_its_place = true;
+  RecordPlanCheck(earns, file);
+  int sections = 0;
+  for (const plan::PlanSection& s : file.extra)
+    sections += s.tag == kPlanCheckTag;
+  EXPECT_EQ(sections, 1);
+  back = RecordedPlanCheck(file, "p");
+  ASSERT_TRUE(back.ok() && back->has_value());
+  EXPECT_EQ((*back)->Json(), earns.Json());
+}
+
+// The CHEK payload with these varints.
+plan::PlanFile WithPayload(std::initializer_list<uint64_t> fields,
+                           std::string tail = "") {
+  plan::PlanFile file = OneBufferPlan();
+  std::string payload;
+  for (uint64_t v : fields) plan::AppendVarint(&payload, v);
+  file.extra.push_back({kPlanCheckTag, false, payload + tail});
+  return file;
+}
+
+TEST(PlanCheckSectionTest, ACorruptSectionIsRefusedWithItsReason) {
+  const uint64_t g = kG;
+  struct Case {
+    plan::PlanFile file;
+    std::string reason;
+  };
+  const Case cases[] = {
+      {WithPayload({1, 2, 10 * g, 10 * g}), "bad allocated peak"},
+      {WithPayload({2, 2, 10 * g, 10 * g, 9 * g, g}), "version 2"},
+      {WithPayload({1, 6, 10 * g, 10 * g, 9 * g, g}), "unknown flags"},
+      {WithPayload({1, 2, uint64_t{1} << 51, 10 * g, 9 * g, g}), "absurd"},
+      {WithPayload({1, 2, 10 * g, 10 * g, 9 * g, g}, "x"), "after the payload"},
+      {WithPayload({1, 2, 10 * g, 10 * g, 11 * g, g}), "more than reserved"},
+      // Says it earns its place, holding 2 granules above with 1 of slack.
+      {WithPayload({1, 2, 12 * g, 10 * g, 9 * g, g}), "contradicts"},
+      {WithPayload({1, 0, 10 * g, 10 * g, 9 * g, g}), "contradicts"},
+  };
+  for (const Case& c : cases) {
+    StatusOr<std::optional<PlanCheck>> read =
+        RecordedPlanCheck(c.file, "bad.plan");
+    ASSERT_FALSE(read.ok()) << c.reason;
+    EXPECT_EQ(read.status().code(), StatusCode::kDataLoss) << c.reason;
+    EXPECT_NE(read.status().message().find("bad.plan: CHEK: "),
+              std::string::npos)
+        << read.status().ToString();
+    EXPECT_NE(read.status().message().find(c.reason), std::string::npos)
+        << c.reason << ": " << read.status().ToString();
+  }
+  // The same figures, consistent: read.
+  StatusOr<std::optional<PlanCheck>> good =
+      RecordedPlanCheck(WithPayload({1, 3, 12 * g, 10 * g, 9 * g, 2 * g}), "p");
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_TRUE((*good)->earns_its_place && (*good)->mid_run);
 }
 
 }  // namespace
