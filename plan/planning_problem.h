@@ -56,6 +56,12 @@ struct PlanningProblem {
   // Per buffer, a key of its (alloc phase, free phase) pair, for STAlloc's
   // same-phase groups (PlannerOptions::group).
   std::vector<uint32_t> phase_group;
+  // The set-up's transient requests (neither persistent nor dynamic) that
+  // line up with the steady iteration's (a size alignment): when they are
+  // at least half of its requests, the set-up holds an iteration that no
+  // marker began (a loop marked only at its iterations' ends), which the
+  // plan leaves to the dynamic space as set-up.
+  size_t setup_aligned = 0;
   // How the instance was derived, for reports (set by the Trace overload).
   std::string note;
 };

@@ -63,6 +63,40 @@ TEST(PlanningProblemTest, SteadyIterationPrologueAndPersistentBuffers) {
   EXPECT_TRUE(ValidateInstance(p->instance).ok());
 }
 
+TEST(PlanningProblemTest, ASetUpHoldingAnUnmarkedIterationIsReported) {
+  // A loop marked only at its iterations' ends (loom.step()): iteration 0
+  // comes before the first marker, in the set-up.
+  auto trace = [](bool first_marked) {
+    Trace t;
+    t.AddAlloc(1, 4096);  // w
+    uint64_t id = 10;
+    for (uint64_t it = 0; it < 4; ++it) {
+      if (it > 0 || first_marked) t.AddIterationBegin(it);
+      uint64_t a = id++, b = id++, tmp = id++;
+      t.AddAlloc(a, 1 << 20);
+      t.AddAlloc(b, 3 << 20);
+      t.AddAlloc(tmp, 512);
+      t.AddFree(tmp);
+      t.AddFree(b);
+      t.AddFree(a);
+      if (it > 0 || first_marked) t.AddIterationEnd(it);
+    }
+    return t;
+  };
+  StatusOr<PlanningProblem> unmarked = BuildPlanningProblem(trace(false));
+  ASSERT_TRUE(unmarked.ok()) << unmarked.status().ToString();
+  EXPECT_EQ(unmarked->setup_aligned, 3u);
+  EXPECT_NE(unmarked->note.find("the set-up holds an iteration no marker "
+                                "began (3 of its requests line up with the "
+                                "steady iteration's 3)"),
+            std::string::npos)
+      << unmarked->note;
+  StatusOr<PlanningProblem> marked = BuildPlanningProblem(trace(true));
+  ASSERT_TRUE(marked.ok()) << marked.status().ToString();
+  EXPECT_EQ(marked->setup_aligned, 0u);  // the set-up is the weights only
+  EXPECT_EQ(marked->note.find("no marker"), std::string::npos) << marked->note;
+}
+
 TEST(PlanningProblemTest, MarkerFreeTracesArePlannedWhole) {
   Trace t;
   for (uint64_t i = 0; i < 6; ++i) {

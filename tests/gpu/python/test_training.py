@@ -81,9 +81,10 @@ def check_loom_run(run_result, baseline, mode):
     assert stats["allocated_bytes.all.peak"] > 0
     status = run_result["status"]
     assert status["torch_allocator"], f"{label}: loom was not installed"
-    if mode == "auto" and status["state"] == "declined":
-        # The plan it made held more on the recorded iterations than loom
-        # without a plan (whatif/loom/plan_check.h): not installed.
+    if mode in ("plan", "auto") and status["state"] == "declined":
+        # The plan held more on the recorded iterations than loom without a
+        # plan (whatif/loom/plan_check.h; plan mode reads the verdict `loom
+        # plan` recorded in the file): not installed.
         check = status["plan_check"]
         assert check["planned_peak_reserved_bytes"] > \
             check["unplanned_peak_reserved_bytes"] + check["slack_bytes"], \
