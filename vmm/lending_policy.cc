@@ -98,10 +98,12 @@ StatusOr<std::vector<PageRun>> StaticBacking::Take(uint32_t first,
 
 StatusOr<std::vector<PageRun>> StaticBacking::Grow(uint32_t first,
                                                    uint32_t count) {
-  // Idle memory that did not fit goes back first: held beside the new
-  // pages it would only raise the peak.
-  uint32_t released = pool_.ReleaseUnfencedSpareChunks();
-  while (released < count) {
+  // Idle memory that did not fit goes back first, as far as the new pages
+  // would otherwise raise the pool above its peak (below it, released
+  // memory lowers no peak and is created and mapped again when wanted:
+  // builtin:varlen's alternating shapes remapped 332 times per iteration).
+  uint32_t released = pool_.ReleaseUnfencedSpareChunksFor(count);
+  while (released < count && !pool_.FitsUnderPeak(count)) {
     StatusOr<PageRun> idle = ReclaimFromArena(
         pool_, tracker_, arena_, std::numeric_limits<uint32_t>::max());
     if (!idle.ok() || !pool_.ReleasePage(idle->first).ok()) break;
@@ -215,18 +217,19 @@ StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, uint32_t room,
     if (best.count > 0 && best_distance >= Needed()) return best;
   }
   // 3. A new chunk of what is wanted (spare chunks that did not fit go
-  // back first: held beside the new one they would only raise the peak).
+  // back first, as far as the new one would otherwise raise the pool above
+  // its peak).
   // Without a plan, at most kMaxNewChunkBytes of it (one chunk of several
   // for a larger stretch; the arena asks again for the rest).
   // (Growing by more, and keeping or mapping the rest, was measured on the
   // plan-miss suite: fewer calls, more memory held.)
-  pool_.ReleaseUnfencedSpareChunks();
   uint32_t pages = wanted;
   if (region_ == nullptr || context_.warm_up) {
     const uint32_t cap = static_cast<uint32_t>(
         std::max<uint64_t>(1, kMaxNewChunkBytes / pool_.granularity()));
     pages = std::min(wanted, cap);
   }
+  pool_.ReleaseUnfencedSpareChunksFor(pages);
   StatusOr<PageRun> grown = pool_.GrowRun(pages);
   if (grown.ok()) {
     on_grow_();

@@ -151,9 +151,11 @@ Status PagePool::ReleasePage(PageId id) {
 }
 
 uint32_t PagePool::ReleaseSpareChunksWhere(bool unfenced_only,
-                                           Status* first_error) {
+                                           Status* first_error,
+                                           uint32_t incoming) {
   uint32_t released = 0;
   for (PageId id = 0; id < pages_.size(); ++id) {
+    if (incoming != kReleaseAll && FitsUnderPeak(incoming)) break;
     if (!pages_[id].live || pages_[id].index != 0) continue;
     const uint32_t count = chunk_count_[id];
     bool spare = true;
@@ -181,6 +183,10 @@ Status PagePool::ReleaseSpareChunks() {
 
 uint32_t PagePool::ReleaseUnfencedSpareChunks() {
   return ReleaseSpareChunksWhere(/*unfenced_only=*/true, nullptr);
+}
+
+uint32_t PagePool::ReleaseUnfencedSpareChunksFor(uint32_t incoming) {
+  return ReleaseSpareChunksWhere(/*unfenced_only=*/true, nullptr, incoming);
 }
 
 bool PagePool::WholeChunk(PageRun run) const {

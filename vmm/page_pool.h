@@ -112,6 +112,16 @@ class PagePool {
   // where memory is wanted would otherwise stay held beside the new one.
   // Returns the pages released; a release that fails leaves its chunk.
   uint32_t ReleaseUnfencedSpareChunks();
+  // The same, only as far as `incoming` new pages need to keep the pool
+  // within its peak (peak_bytes()): nothing when they fit under it (a
+  // chunk released there would not lower the peak, only cost a create and
+  // a map when memory is wanted there again), else chunks in page order
+  // until they fit or none is left. Returns the pages released.
+  uint32_t ReleaseUnfencedSpareChunksFor(uint32_t incoming);
+  // True when `incoming` new pages keep the pool within its peak.
+  bool FitsUnderPeak(uint32_t incoming) const {
+    return live_pages_ + incoming <= peak_pages_;
+  }
 
   // Maps the chunk `run` (all its pages, in order) at `at`, one driver call.
   // REQUIRES: WholeChunk(run); the caller records where the pages are
@@ -153,7 +163,9 @@ class PagePool {
   // Releases every chunk all of whose pages are spare and unused (and
   // carry no fence, with `unfenced_only`); returns the pages released and
   // keeps the first failure in `first_error` (if given).
-  uint32_t ReleaseSpareChunksWhere(bool unfenced_only, Status* first_error);
+  uint32_t ReleaseSpareChunksWhere(bool unfenced_only, Status* first_error,
+                                   uint32_t incoming = kReleaseAll);
+  static constexpr uint32_t kReleaseAll = ~uint32_t{0};
 
   Driver& driver_;
   const int device_;

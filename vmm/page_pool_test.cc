@@ -6,6 +6,7 @@
 
 #include <random>
 #include <set>
+#include <vector>
 
 #include "vmm/fake_driver.h"
 
@@ -67,6 +68,31 @@ TEST(PagePoolTest, ReleasedSlotsAreReusedAndPeakResets) {
   EXPECT_EQ(pool.releases(), 1u);
   EXPECT_NE(pool.page(d).handle, pool.page(a).handle);
   EXPECT_NE(pool.page(d).handle, pool.page(c).handle);
+}
+
+TEST(PagePoolTest, SpareChunksGoBackOnlyAsFarAsThePeakNeeds) {
+  FakeDriver driver(Options());
+  PagePool pool(driver, 0, kG, 0);
+  std::vector<PageId> ids;
+  for (int i = 0; i < 6; ++i) ids.push_back(*pool.Grow());  // all spare
+  ASSERT_TRUE(pool.ReleasePage(ids[4]).ok());
+  ASSERT_TRUE(pool.ReleasePage(ids[5]).ok());
+  ASSERT_EQ(pool.bytes(), 4 * kG);
+  ASSERT_EQ(pool.peak_bytes(), 6 * kG);
+  // Two new pages fit under the peak: nothing goes back (it would lower no
+  // peak, and cost a create and a map when memory is wanted again).
+  EXPECT_TRUE(pool.FitsUnderPeak(2));
+  EXPECT_EQ(pool.ReleaseUnfencedSpareChunksFor(2), 0u);
+  EXPECT_EQ(pool.bytes(), 4 * kG);
+  // Four would raise it by two: two spare pages go back, no more.
+  EXPECT_FALSE(pool.FitsUnderPeak(4));
+  EXPECT_EQ(pool.ReleaseUnfencedSpareChunksFor(4), 2u);
+  EXPECT_EQ(pool.bytes(), 2 * kG);
+  EXPECT_TRUE(pool.FitsUnderPeak(4));
+  EXPECT_EQ(pool.releases(), 4u);
+  // Without a bound, every spare chunk.
+  EXPECT_EQ(pool.ReleaseUnfencedSpareChunks(), 2u);
+  EXPECT_EQ(pool.bytes(), 0u);
 }
 
 TEST(PagePoolTest, DriverFailuresLeaveThePoolUnchanged) {
