@@ -491,6 +491,30 @@ def test_record_then_plan_mode_serves_from_the_plan(loom_env, loom_tool,
     loop.close()
 
 
+def test_an_unmarked_first_iteration_is_set_up_to_the_plan(
+        loom_env, loom_tool, tmp_path, capfd):
+    """Recorded with loom.step() alone, the first iteration comes before any
+    marker: `loom plan` says so, the plan leaves that iteration to the
+    dynamic space beside its region, and on this small loop that makes it
+    lose its check (docs/design.md, the plan check); marking the first
+    iteration makes a plan that earns its place (the two-step test)."""
+    from loom.tools import cli  # pylint: disable=import-outside-toplevel
+    del loom_tool
+    loom = loom_env
+    session = loom._configure_native(mode="record", workdir=tmp_path, **HOST)
+    _run(loom, session, 4).close()
+    loom.finish()
+    loom._reset()
+    plan = tmp_path / "plan.rank0.lplan"
+    assert cli.main(["plan", str(tmp_path / "trace.rank0.ltb"), "-o",
+                     str(plan), "--time-limit", "5"]) == 0
+    out = capfd.readouterr().out
+    assert "the set-up holds an iteration no marker began (10 of its " \
+           "requests line up with the steady iteration's 10)" in out, out
+    assert "loom.begin_iteration()" in out
+    assert "does not earn its place" in out, out
+
+
 def test_plan_mode_declines_a_plan_file_that_loses_on_its_recording(
         loom_env, loom_tool, tmp_path, capfd, caplog):
     """`loom plan` records in the plan file whether the plan earns its
