@@ -127,7 +127,7 @@ def test_auto_mode_planning_failure_keeps_training(loom_env, tmp_path, caplog):
     session.native.check_invariants(0)
 
 
-def _auto_with_report(loom, tmp_path, monkeypatch, edit):
+def _auto_with_report(loom, tmp_path, monkeypatch, edit, **options):
     """Auto mode over three iterations of the fake loop, libloom's planning
     report changed by `edit(report)` before the session reads it; returns
     the session and the loop."""
@@ -141,7 +141,8 @@ def _auto_with_report(loom, tmp_path, monkeypatch, edit):
     monkeypatch.setattr(planning, "plan_trace", edited)
     session = loom._configure_native(mode="auto", workdir=tmp_path,
                                      record_iterations=3, plan_async=False,
-                                     plan_options={"time_limit": 2}, **HOST)
+                                     plan_options={"time_limit": 2},
+                                     **options, **HOST)
     return session, _run(loom, session, 3)
 
 
@@ -188,6 +189,27 @@ def test_auto_mode_declines_a_plan_that_loses_on_its_recording(
     assert stats["allocated_bytes.all.current"] == 0
     assert stats["loom.plan_hits"] == 0
     assert stats["loom.static_region_bytes"] == 0
+
+
+def test_auto_mode_serves_a_losing_plan_when_told_to(loom_env, tmp_path,
+                                                     monkeypatch):
+    """check_plan=False: the plan is installed whatever its check says
+    (the check is still reported)."""
+    loom = loom_env
+
+    def losing(report):
+        report["check"]["earns_its_place"] = False
+
+    session, loop = _auto_with_report(loom, tmp_path, monkeypatch, losing,
+                                      check_plan=False)
+    status = loom.status()
+    assert status["state"] == "planned" and status["plan_loaded"]
+    assert status["plan_check"]["earns_its_place"] is False
+    loop.iteration(markers=loom.phase)
+    loom.step()
+    assert loom.memory_stats()["loom.plan_hits"] > 0
+    session.native.check_invariants(0)
+    loop.close()
 
 
 def test_auto_mode_installs_a_plan_whose_check_could_not_run(
