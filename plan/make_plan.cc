@@ -85,7 +85,8 @@ StatusOr<PlanResult> PlanPersistentFirst(const Instance& instance,
 StatusOr<MadePlan> Solve(Instance instance, std::vector<uint32_t> group,
                          std::optional<RequestTable> requests,
                          std::vector<TimeWindow> windows,
-                         const MakePlanOptions& options) {
+                         const MakePlanOptions& options,
+                         uint64_t recorded_granularity) {
   const uint64_t unit = requests.has_value() ? 512 : 1;
   PlannerOptions planner;
   planner.algorithm = options.algorithm;
@@ -95,15 +96,17 @@ StatusOr<MadePlan> Solve(Instance instance, std::vector<uint32_t> group,
   planner.size_round = options.size_round != 0 ? options.size_round : unit;
   planner.min_alignment =
       options.min_alignment != 0 ? options.min_alignment : unit;
-  planner.granule_bytes =
-      options.granule_bytes != 0 ? options.granule_bytes : kDefaultGranule;
+  // Told, else the granularity the trace was recorded at, else 2 MiB.
+  planner.granule_bytes = options.granule_bytes != 0  ? options.granule_bytes
+                          : recorded_granularity != 0 ? recorded_granularity
+                                                      : kDefaultGranule;
   planner.group = std::move(group);
   planner.seed = options.seed;
   planner.progress = options.progress;
   MadePlan made;
-  LOOM_ASSIGN_OR_RETURN(made.result, requests.has_value()
-                                         ? PlanPersistentFirst(instance, planner)
-                                         : PlanInstance(instance, planner));
+  LOOM_ASSIGN_OR_RETURN(
+      made.result, requests.has_value() ? PlanPersistentFirst(instance, planner)
+                                        : PlanInstance(instance, planner));
   windows.insert(windows.begin(), options.windows.begin(),
                  options.windows.end());
   StatusOr<PlanFile> file = MakePlanFile(
@@ -234,13 +237,11 @@ StatusOr<MadePlan> MakePlan(const Trace& trace,
                         BuildPlanningProblem(trace, problem_options));
   const int32_t steady = problem.steady_iteration;
   std::string note = std::move(problem.note);
-  MakePlanOptions resolved = options;
-  if (resolved.granule_bytes == 0)
-    resolved.granule_bytes = trace.header.granularity;
   LOOM_ASSIGN_OR_RETURN(
       MadePlan made,
       Solve(std::move(problem.instance), std::move(problem.phase_group),
-            std::move(problem.requests), std::move(problem.windows), resolved));
+            std::move(problem.requests), std::move(problem.windows), options,
+            trace.header.granularity));
   made.steady_iteration = steady;
   made.note = std::move(note);
   return made;
@@ -250,7 +251,8 @@ StatusOr<MadePlan> MakePlan(const Instance& instance,
                             const MakePlanOptions& options) {
   Instance copy = instance;
   copy.period = options.period;
-  return Solve(std::move(copy), {}, std::nullopt, {}, options);
+  return Solve(std::move(copy), {}, std::nullopt, {}, options,
+               /*recorded_granularity=*/0);
 }
 
 StatusOr<MadePlan> MakePlanFromFile(const std::string& path,
@@ -263,12 +265,11 @@ StatusOr<MadePlan> MakePlanFromFile(const std::string& path,
                         ReadInstanceInput(path, input_options));
   MakePlanOptions with_source = options;
   if (with_source.source.empty()) with_source.source = path;
-  if (with_source.granule_bytes == 0)
-    with_source.granule_bytes = input.granularity;
   if (!input.requests.has_value()) input.instance.period = options.period;
   StatusOr<MadePlan> made =
       Solve(std::move(input.instance), std::move(input.group),
-            std::move(input.requests), std::move(input.windows), with_source);
+            std::move(input.requests), std::move(input.windows), with_source,
+            input.granularity);
   if (!made.ok()) return made.status().WithContext(path);
   made->note = std::move(input.note);
   made->steady_iteration = input.steady_iteration;

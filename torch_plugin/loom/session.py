@@ -67,6 +67,14 @@ SERVING = "serving"
 RECORDED = "recorded"
 
 
+def _loses(check, recording):
+    """How a declined plan's check reads in the log."""
+    return (f"does not earn its place: on {recording} it holds "
+            f"{check['planned_peak_reserved_bytes'] / 2**30:.2f} GiB at its "
+            f"peak, loom without a plan "
+            f"{check['unplanned_peak_reserved_bytes'] / 2**30:.2f} GiB")
+
+
 class Session:
     """State of loom in this process. Created by loom.enable() (or
     loom._configure_native() in tests); see the module docstring."""
@@ -325,12 +333,8 @@ class Session:
             self.plan_file, self.plan_source = Path(plan), source
             self.state = DECLINED
             self._stop_recording()
-            log.info(
-                "loom: the plan %s does not earn its place: on the "
-                "iterations it was made from it holds %.2f GiB at its peak, "
-                "loom without a plan %.2f GiB; training goes on without it",
-                plan, check["planned_peak_reserved_bytes"] / 2**30,
-                check["unplanned_peak_reserved_bytes"] / 2**30)
+            log.info("loom: the plan %s %s; training goes on without it",
+                     plan, _loses(check, "the iterations it was made from"))
             return
         try:
             self.native.load_plan(self.device, str(plan))
@@ -347,15 +351,10 @@ class Session:
         """Plan mode: the plan file's recorded check says it holds more on
         its own recording than loom without a plan (and check_plan is on):
         it is not installed, and everything is served dynamically."""
-        check = self.plan_check
         self.state = DECLINED
-        log.warning(
-            "loom: the plan %s does not earn its place: on the run it was "
-            "made from it holds %.2f GiB at its peak, loom without a plan "
-            "%.2f GiB; serving without it (check_plan=False serves it "
-            "anyway)", self.plan_file,
-            check["planned_peak_reserved_bytes"] / 2**30,
-            check["unplanned_peak_reserved_bytes"] / 2**30)
+        log.warning("loom: the plan %s %s; serving without it "
+                    "(check_plan=False serves it anyway)", self.plan_file,
+                    _loses(self.plan_check, "the run it was made from"))
 
     def _stop_recording(self):
         # The trace has served its purpose: stop filling the record buffer.

@@ -148,8 +148,7 @@ StatusOr<PlanCheck> CheckPlanOnRecording(const plan::Trace& recording,
   check.unplanned_peak_reserved = unplanned->peak_reserved;
   check.peak_allocated = planned->peak_requested;
   check.slack = std::max(granularity, check.unplanned_peak_reserved / 1000);
-  check.earns_its_place = check.planned_peak_reserved <=
-                          check.unplanned_peak_reserved + check.slack;
+  check.earns_its_place = check.FiguresEarn();
   return check;
 }
 
@@ -230,9 +229,7 @@ StatusOr<std::optional<PlanCheck>> RecordedPlanCheck(const plan::PlanFile& file,
         source, check.peak_allocated, check.planned_peak_reserved,
         check.unplanned_peak_reserved);
   }
-  const bool earns = check.planned_peak_reserved <=
-                     check.unplanned_peak_reserved + check.slack;
-  if (earns != check.earns_its_place) {
+  if (check.FiguresEarn() != check.earns_its_place) {
     return DataLossError(
         "{}: CHEK: the verdict ({}) contradicts its figures ({} bytes with "
         "the plan, {} without, slack {})",

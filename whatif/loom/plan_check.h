@@ -56,8 +56,12 @@ struct PlanCheck {
   uint64_t unplanned_peak_reserved = 0;  // bytes, without a plan
   uint64_t peak_allocated = 0;           // bytes (the same in both)
   uint64_t slack = 0;                    // bytes
-  // planned_peak_reserved <= unplanned_peak_reserved + slack.
+  // FiguresEarn(): the verdict, kept with the figures it came from.
   bool earns_its_place = true;
+  // planned_peak_reserved <= unplanned_peak_reserved + slack.
+  bool FiguresEarn() const {
+    return planned_peak_reserved <= unplanned_peak_reserved + slack;
+  }
   // One line for a report: both peaks and the verdict.
   std::string Summary() const;
   // {"mid_run", "planned_peak_reserved_bytes",
