@@ -108,8 +108,16 @@ pack() {
     echo "pack: binaries still need the libraries above" >&2
     exit 1
   fi
+  # The commit the binaries were built from (+dirty when the tree had
+  # changes), named in every report the device run writes.
+  local rev
+  rev="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  git diff --quiet HEAD 2>/dev/null || rev="$rev+dirty"
+  echo "$rev" > "$PACK/COMMIT"
   du -sh "$PACK"
 }
+
+pack_commit() { cat "$PACK/COMMIT" 2>/dev/null || echo "unknown commit"; }
 
 FAILURES=()
 fail() { FAILURES+=("$*"); }
@@ -141,7 +149,7 @@ run() {
     echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
     echo "- machine: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
     echo "- host: $(uname -srm), $(nproc) cores"
-    echo "- command: tests/gpu/run_gpu.sh run \$OUT (binaries from tests/gpu/run_gpu.sh pack)"
+    echo "- command: tests/gpu/run_gpu.sh run \$OUT (binaries from tests/gpu/run_gpu.sh pack at $(pack_commit))"
     echo
     echo "## loom info --backend=cuda"
     echo '```'
