@@ -25,7 +25,8 @@ int RunReplay(const Args& args) {
   std::string plan_from, perturb_text, driver_costs;
   bool self_plan = false, check_data = false, check_invariants = false,
        json = false, per_iteration = false, replan = false;
-  uint64_t granularity = uint64_t{2} << 20, capacity = 0;
+  uint64_t granularity = 0;  // 0: the trace's (ReplayGranularity)
+  uint64_t capacity = 0;
   double time_limit = -1;  // default: 10 s (--self-plan), 20 s (--auto)
   int64_t auto_iterations = 0, switch_at = -1, repeat = 5;
   bool check_plan = true;
@@ -89,7 +90,8 @@ int RunReplay(const Args& args) {
                 "held at its end, driver calls, plan hits and misses, "
                 "suspensions, variant switches, re-plans");
   flags.AddSize("granularity", &granularity,
-                "device granularity (default 2MiB)");
+                "device granularity (default: the one the trace was recorded "
+                "at, else 2MiB, as `loom plan` plans it)");
   flags.AddSize("capacity", &capacity,
                 "device memory (default: 1 TiB fake, 80 GiB host)");
   flags.AddString(
@@ -173,6 +175,7 @@ int RunReplay(const Args& args) {
   if (perturb.any()) {
     workload->trace = whatif::Perturb(workload->trace, perturb);
   }
+  granularity = whatif::ReplayGranularity(granularity, workload->trace);
 
   whatif::LoomSimOptions options;
   options.backend = backend;

@@ -191,3 +191,36 @@ def test_the_check_travels_with_the_plan_file(tmp_path):
         "check"] is None
     assert "none recorded" in run_loom("plan", unchecked).stdout
     assert replay(unchecked)["plan_hits"] > 0
+
+
+def test_replay_serves_a_plan_at_the_granularity_it_was_planned_for(
+        tmp_path):
+    """A trace recorded at 64 KiB (the host backend's granularity) is planned
+    for 64 KiB granules by `loom plan`, and `loom replay --plan` serves it
+    at the same granularity by default: the replay holds exactly what the
+    plan's recorded check says the plan holds on its recording. At 2 MiB (the
+    default before) the same plan holds more."""
+    _tool()
+    source = _paths.REPO_ROOT / "bench/data/traces/gpt2small_train_step.ltt"
+    text = source.read_text()
+    assert "\ngranularity 0\n" in text
+    trace = tmp_path / "host64k.ltt"
+    trace.write_text(text.replace("\ngranularity 0\n", "\ngranularity 65536\n",
+                                  1))
+    plan = tmp_path / "host64k.lplan"
+    made = run_loom("plan", trace, "--time-limit", "2", "-o", plan, "--json")
+    assert made.returncode == 0, made.stderr
+    check = json.loads(made.stdout)["check"]
+    assert check["earns_its_place"]
+
+    def replay(*extra):
+        result = run_loom("replay", trace, "--plan", plan, "--json", *extra)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    served = replay()
+    assert served["plan_misses"] == 0 and served["plan_hits"] > 0
+    assert served["peak_reserved_bytes"] == check[
+        "planned_peak_reserved_bytes"]
+    at_2mib = replay("--granularity", "2MiB")
+    assert at_2mib["peak_reserved_bytes"] > served["peak_reserved_bytes"]

@@ -8,7 +8,9 @@
 namespace loom::whatif {
 
 StatusOr<AutoReplayResult> ReplayAutoMode(const plan::Trace& trace,
-                                          const AutoReplayOptions& options) {
+                                          const AutoReplayOptions& given) {
+  AutoReplayOptions options = given;
+  options.granularity = ReplayGranularity(options.granularity, trace);
   const int64_t k = options.record_iterations;
   const int64_t switch_at = options.switch_at < 0 ? k + 1 : options.switch_at;
   if (k < 1 || switch_at < k || options.planned_iterations < 0) {

@@ -45,7 +45,9 @@ struct AutoReplayOptions {
   int64_t planned_iterations = 5;  // iterations served after the switch
   double time_limit_seconds = 20;  // bench/gpu/train/worker.py's default
   std::string backend = "fake";
-  uint64_t granularity = uint64_t{2} << 20;
+  // The device's granularity; 0: the trace's recorded one, else 2 MiB (as
+  // `loom plan` plans it: plan::MakePlanOptions::granule_bytes).
+  uint64_t granularity = 0;
   uint64_t capacity = 0;  // LoomSimOptions::capacity
   bool check_data = false;
   bool check_invariants = false;
