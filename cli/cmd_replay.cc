@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/replay_auto.h"
 #include "cli/replay_iterations.h"
+#include "plan/make_plan.h"
 #include "vmm/plan_loader.h"
 #include "whatif/compare/compare.h"
 #include "whatif/loom/loom_sim_allocator.h"
@@ -25,7 +26,7 @@ int RunReplay(const Args& args) {
   std::string plan_from, perturb_text, driver_costs;
   bool self_plan = false, check_data = false, check_invariants = false,
        json = false, per_iteration = false, replan = false;
-  uint64_t granularity = 0;  // 0: the trace's (ReplayGranularity)
+  uint64_t granularity = 0;  // 0: the trace's (plan::ResolveGranule)
   uint64_t capacity = 0;
   double time_limit = -1;  // default: 10 s (--self-plan), 20 s (--auto)
   int64_t auto_iterations = 0, switch_at = -1, repeat = 5;
@@ -175,7 +176,9 @@ int RunReplay(const Args& args) {
   if (perturb.any()) {
     workload->trace = whatif::Perturb(workload->trace, perturb);
   }
-  granularity = whatif::ReplayGranularity(granularity, workload->trace);
+  // The device the plan is made for, as `loom plan` makes it.
+  granularity =
+      plan::ResolveGranule(granularity, workload->trace.header.granularity);
 
   whatif::LoomSimOptions options;
   options.backend = backend;

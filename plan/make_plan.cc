@@ -96,10 +96,8 @@ StatusOr<MadePlan> Solve(Instance instance, std::vector<uint32_t> group,
   planner.size_round = options.size_round != 0 ? options.size_round : unit;
   planner.min_alignment =
       options.min_alignment != 0 ? options.min_alignment : unit;
-  // Told, else the granularity the trace was recorded at, else 2 MiB.
-  planner.granule_bytes = options.granule_bytes != 0  ? options.granule_bytes
-                          : recorded_granularity != 0 ? recorded_granularity
-                                                      : kDefaultGranule;
+  planner.granule_bytes =
+      ResolveGranule(options.granule_bytes, recorded_granularity);
   planner.group = std::move(group);
   planner.seed = options.seed;
   planner.progress = options.progress;

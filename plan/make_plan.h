@@ -61,6 +61,13 @@ struct MakePlanOptions {
   std::string source;
 };
 
+// The granule a trace is planned for (and replayed at): `told` when not 0,
+// else the granularity it was recorded at (`recorded`, its header's), else
+// kDefaultGranule.
+inline uint64_t ResolveGranule(uint64_t told, uint64_t recorded) {
+  return told != 0 ? told : recorded != 0 ? recorded : kDefaultGranule;
+}
+
 // Parses "key=value" settings separated by ';' or newlines into `options`
 // (the C ABI's and the Python package's form): algorithm, time_limit,
 // capacity, minimize, round, align, granule, seed, period, scope,

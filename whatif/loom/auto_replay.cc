@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "base/text.h"
+#include "plan/make_plan.h"
 #include "whatif/loom/self_plan.h"
 
 namespace loom::whatif {
@@ -10,7 +11,8 @@ namespace loom::whatif {
 StatusOr<AutoReplayResult> ReplayAutoMode(const plan::Trace& trace,
                                           const AutoReplayOptions& given) {
   AutoReplayOptions options = given;
-  options.granularity = ReplayGranularity(options.granularity, trace);
+  options.granularity =
+      plan::ResolveGranule(options.granularity, trace.header.granularity);
   const int64_t k = options.record_iterations;
   const int64_t switch_at = options.switch_at < 0 ? k + 1 : options.switch_at;
   if (k < 1 || switch_at < k || options.planned_iterations < 0) {

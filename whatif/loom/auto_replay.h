@@ -45,8 +45,8 @@ struct AutoReplayOptions {
   int64_t planned_iterations = 5;  // iterations served after the switch
   double time_limit_seconds = 20;  // bench/gpu/train/worker.py's default
   std::string backend = "fake";
-  // The device's granularity; 0: the trace's recorded one, else 2 MiB (as
-  // `loom plan` plans it: plan::MakePlanOptions::granule_bytes).
+  // The device's granularity; 0: the trace's recorded one, else 2 MiB, as
+  // `loom plan` plans it (plan::ResolveGranule).
   uint64_t granularity = 0;
   uint64_t capacity = 0;  // LoomSimOptions::capacity
   bool check_data = false;

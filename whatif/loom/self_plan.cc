@@ -23,12 +23,6 @@ StatusOr<SelfPlan> PlanTraceForRuntime(const plan::Trace& trace,
   return out;
 }
 
-uint64_t ReplayGranularity(uint64_t given, const plan::Trace& trace) {
-  if (given != 0) return given;
-  if (trace.header.granularity != 0) return trace.header.granularity;
-  return plan::kDefaultGranule;
-}
-
 autoplan::ReplanOptions ReplanOptionsFor(const SelfPlanOptions& planning) {
   autoplan::ReplanOptions replan;
   replan.plan_options.time_limit_seconds = planning.time_limit_seconds;

@@ -34,12 +34,6 @@ struct SelfPlan {
 StatusOr<SelfPlan> PlanTraceForRuntime(const plan::Trace& trace,
                                        const SelfPlanOptions& options = {});
 
-// The device granularity a replay of `trace` simulates: `given` when not 0,
-// else the granularity the trace was recorded at, else 2 MiB (the planner
-// resolves its granule the same way: plan::MakePlanOptions::granule_bytes),
-// so `loom plan` and `loom replay --plan` agree by default.
-uint64_t ReplayGranularity(uint64_t given, const plan::Trace& trace);
-
 // The re-planner with the same planner settings (time limit, scope), for
 // each shape of iteration the plan does not fit, as auto mode re-plans at
 // run time: compare's loom row, `loom replay --replan`, `--auto`.
