@@ -29,9 +29,11 @@
 #     with CUDA activity): OUT/steptime.md (GPU busy and idle time per
 #     step, the kernels whose time changed most against torch, loom's
 #     waits, layout and host time), OUT/profiles.tar.xz
-#   step-time A/B (issue 21; at most 7 minutes, a call of its own):
-#     run(command="tests/gpu/run_gpu.sh ab $OUT", carry=[".gpu_pack"],
-#         timeout_s=480)
+#   step-time A/B (issue 21; at most 9 minutes, a call of its own: its 18
+#     processes took 440 s on the H200 on 2026-11-27, loom's gpt2_interleaved
+#     ones 44 s each as auto mode records and plans):
+#     run(command="tests/gpu/run_gpu.sh bundle $OUT ab", carry=[".gpu_pack"],
+#         timeout_s=570)
 #     moe and gpt2_interleaved under torch, expandable segments and loom,
 #     3 rounds of one process each in rotated orders, 5 warm-up and 30
 #     timed steps per process: OUT/ab.md (each ratio of median steps with a
@@ -50,9 +52,10 @@
 #                                   bench/results/gpu_tests.md;
 #                                   DIR/steptime.md ->
 #                                   bench/results/steptime.md;
-#                                   DIR/ab.md ->
-#                                   bench/results/steptime_ab.md; every
-#                                   DIR/results.jsonl (+ driver_costs.json) ->
+#                                   DIR/ab.md (+ its gpu.md) ->
+#                                   bench/results/steptime_ab.md, its
+#                                   results.jsonl -> steptime_ab.jsonl; every
+#                                   other DIR/results.jsonl (+ driver_costs.json) ->
 #                                   bench/results/gpu.md; DIR/traces.tar.xz ->
 #                                   bench/data/traces/gpu/
 #
@@ -90,7 +93,7 @@ STEPTIME_OPTIONS=(--models gpt2_interleaved,llama1b
                   --run-timeout 120)
 # `ab`'s options, before the caller's.
 AB_OPTIONS=(--models moe,gpt2_interleaved --allocators torch,expandable,loom
-            --rounds 3 --steps 30 --warmup 5 --budget 420 --run-timeout 90)
+            --rounds 3 --steps 30 --warmup 5 --budget 490 --run-timeout 90)
 
 pack() {
   local targets=()
@@ -304,7 +307,23 @@ record() {
       cp "$dir/steptime.md" bench/results/steptime.md && echo "recorded bench/results/steptime.md"
     fi
     if [[ -f "$dir/ab.md" ]]; then
-      cp "$dir/ab.md" bench/results/steptime_ab.md && echo "recorded bench/results/steptime_ab.md"
+      # The A/B's processes are its own: their memory table goes beside the
+      # ratios (steptime_ab.md), their raw lines to steptime_ab.jsonl, and
+      # bench/results/gpu.md (the run/train report) is left as it is.
+      {
+        cat "$dir/ab.md"
+        if [[ -f "$dir/gpu.md" ]]; then
+          echo
+          echo "## The same processes: memory and speed"
+          echo
+          sed '1{/^# /d}' "$dir/gpu.md"
+        fi
+      } > bench/results/steptime_ab.md && echo "recorded bench/results/steptime_ab.md"
+      if [[ -f "$dir/results.jsonl" ]]; then
+        cp "$dir/results.jsonl" bench/results/steptime_ab.jsonl &&
+          echo "recorded bench/results/steptime_ab.jsonl"
+      fi
+      continue
     fi
     [[ -f "$dir/results.jsonl" ]] && results+=("$dir/results.jsonl")
     [[ -f "$dir/driver_costs.json" ]] && costs=(--driver-costs "$dir/driver_costs.json")

@@ -126,3 +126,44 @@ def test_rounds_below_one_are_refused(tmp_path):
         capture_output=True, text=True, check=False)
     assert done.returncode != 0
     assert "--rounds: at least 1, not 0" in done.stderr
+
+
+def test_recording_an_ab_bundle_leaves_the_train_report_alone(tmp_path):
+    """`run_gpu.sh record` of an A/B bundle files its ratios and its
+    processes' memory table as steptime_ab.md and its raw lines as
+    steptime_ab.jsonl; bench/results/gpu.md, the run/train report with its
+    hand-written analysis, is not rewritten (it was, 2026-11-27)."""
+    import shutil  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import tarfile  # pylint: disable=import-outside-toplevel
+    root = tmp_path / "repo"
+    (root / "tests" / "gpu").mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "gpu" / "run_gpu.sh",
+                root / "tests" / "gpu" / "run_gpu.sh")
+    results = root / "bench" / "results"
+    results.mkdir(parents=True)
+    (results / "gpu.md").write_text("# the train report, by hand\n")
+    step = tmp_path / "bundle" / "ab"
+    step.mkdir(parents=True)
+    (step / "ab.md").write_text("# Step time, allocators alternated\n"
+                                "| moe | loom | torch | 3 |\n")
+    (step / "gpu.md").write_text("# loom on a GPU: memory, speed\n\n"
+                                 "| moe | loom | 8 | 21.84 GiB |\n")
+    (step / "results.jsonl").write_text('{"kind": "run"}\n')
+    bundle = tmp_path / "ab.tar"
+    with tarfile.open(bundle, "w") as tar:
+        tar.add(step, arcname="ab")
+    done = subprocess.run(
+        ["bash", str(root / "tests" / "gpu" / "run_gpu.sh"), "record",
+         str(bundle)], capture_output=True, text=True, check=False,
+        timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (results / "gpu.md").read_text() == \
+        "# the train report, by hand\n"
+    text = (results / "steptime_ab.md").read_text()
+    assert text.startswith("# Step time, allocators alternated\n")
+    assert "## The same processes: memory and speed\n" in text
+    assert "| moe | loom | 8 | 21.84 GiB |" in text
+    assert "# loom on a GPU" not in text
+    assert (results / "steptime_ab.jsonl").read_text() == \
+        '{"kind": "run"}\n'
