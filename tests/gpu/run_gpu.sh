@@ -13,12 +13,14 @@
 #     loom info, the driver's costs, the C++ tests on CUDA (the driver
 #     contract suite included), `loom stress --backend cuda` for 60 s and
 #     PyTorch's hand-over to loom (tests/gpu/python/test_torch_handover_gpu.py)
-#   call 2 (at most 7 minutes):
+#   call 2 (at most 8.5 minutes):
 #     run(command="tests/gpu/run_gpu.sh train $OUT", carry=[".gpu_pack"],
-#         timeout_s=480)
+#         timeout_s=560)
 #     the four models (llama1b, moe, gpt2_interleaved, llama1b_recompute)
-#     under torch, expandable segments and loom (auto mode), 5 warm-up and
-#     20 timed steps each, within a 400 s budget (bench/gpu/train/compare.py;
+#     under torch, expandable segments, loom (auto mode: records, plans,
+#     then serves its plan) and loom-plan (plan mode: the plan `pack` made
+#     from another run's recording, .gpu_pack/plans), 5 warm-up and 20
+#     timed steps each, within a 480 s budget (bench/gpu/train/compare.py;
 #     extra options are passed on and win)
 #   step time (issue 21; at most 6 minutes, may share call 2's machine):
 #     run(command="tests/gpu/run_gpu.sh steptime $OUT", carry=[".gpu_pack"],
@@ -43,7 +45,8 @@
 #   run(command="tests/gpu/run_gpu.sh bundle $OUT run", ...)  (or train,
 #     steptime, ab with their options): the step writes into a scratch
 #     folder, then everything it wrote is packed into $OUT/<step>.tar
-# or run both call-1 and call-2 steps in one call (about 6 minutes):
+# or run both call-1 and call-2 steps in one call (about 8 minutes with
+# loom-plan; 6.6 before it, 2026-11-27):
 #   run(command="tests/gpu/run_gpu.sh both $OUT", carry=[".gpu_pack"],
 #       timeout_s=590)  -> $OUT/run.tar, $OUT/train.tar
 # Back here:
@@ -83,8 +86,15 @@ LIBS=(torch_plugin/libloom.so)
 # Python GPU tests in `run` (call 1).
 RUN_PYTHON_TESTS=(tests/gpu/python/test_torch_handover_gpu.py)
 # `train`'s options (call 2), before the caller's.
+# loom-plan: loom in plan mode, each model served from its first request by
+# the plan `pack` made from that model's recording by another run (PLAN_TRACES).
 TRAIN_OPTIONS=(--models llama1b,moe,gpt2_interleaved,llama1b_recompute
-               --steps 20 --warmup 5 --budget 400 --run-timeout 120 --traces)
+               --allocators torch,expandable,loom,loom-plan
+               --plans "$PACK/plans"
+               --steps 20 --warmup 5 --budget 480 --run-timeout 120 --traces)
+# The recordings loom-plan's plans are made from: auto mode's traces of the
+# four models from an earlier H200 run (bench/data/traces/gpu/README.md).
+PLAN_TRACES=bench/data/traces/gpu/h200_auto_2026-11-26
 STRESS_SECONDS=60
 # `steptime`'s options, before the caller's.
 STEPTIME_OPTIONS=(--models gpt2_interleaved,llama1b
@@ -111,6 +121,17 @@ pack() {
     echo "pack: binaries still need the libraries above" >&2
     exit 1
   fi
+  # loom-plan's plan files, made here (the planner needs no GPU) from
+  # another run's recordings, each with its plan check.
+  mkdir -p "$PACK/plans"
+  local trace model
+  for trace in "$PLAN_TRACES"/*.loom.trace.rank0.ltb; do
+    model="$(basename "$trace" .loom.trace.rank0.ltb)"
+    bazel-bin/cli/loom_tool plan "$trace" -o "$PACK/plans/$model.lplan" \
+      > "$PACK/plans/$model.txt" 2>&1 ||
+      { cat "$PACK/plans/$model.txt" >&2; echo "pack: cannot plan $trace" >&2; exit 1; }
+    grep -E '^(peak|check) ' "$PACK/plans/$model.txt" | sed "s/^/$model: /"
+  done
   # The commit the binaries were built from (+dirty when the tree had
   # changes), named in every report the device run writes.
   local rev

@@ -9,7 +9,8 @@ there and reports FAKE_SNAPSHOT_RESERVED as the real peak reserved. Under
 loom a trace file is written in --workdir, as loom's auto mode does.
 FAKE_FAIL=model/allocator makes that run fail (exit 1); a loom run is
 "planned" unless FAKE_FALLBACK names its model (then "fallback", with the
-H200's reason). FAKE_STEP_NOISE=x scatters the step times uniformly within
+H200's reason); loom-plan needs an existing --plan file and writes no
+trace. FAKE_STEP_NOISE=x scatters the step times uniformly within
 +-x of the allocator's (seeded by --out, so reproducible). --profile-steps N adds a profile made by the real
 profile_steps.summarize() from a synthetic Kineto trace in which the GEMM
 takes GEMM_US[allocator] per step (and --profile-trace keeps that trace).
@@ -66,7 +67,8 @@ def synthetic_trace(allocator, steps):
 def main(argv):
     parser = argparse.ArgumentParser()
     for name in ("--model", "--allocator", "--out", "--workdir", "--scale",
-                 "--snapshot", "--record-iterations", "--profile-trace"):
+                 "--snapshot", "--record-iterations", "--profile-trace",
+                 "--plan"):
         parser.add_argument(name)
     for name in ("--micro-batch", "--warmup", "--steps", "--profile-steps"):
         parser.add_argument(name, type=int)
@@ -112,7 +114,15 @@ def main(argv):
             if args.profile_trace:
                 with gzip.open(args.profile_trace, "wt") as sink:
                     json.dump(profile_steps.kept_events(trace), sink)
-        if args.allocator.startswith("loom"):
+        if args.allocator == "loom-plan":  # plan mode: records nothing
+            if args.plan is None or not Path(args.plan).is_file():
+                raise SystemExit(f"--plan {args.plan}: no such file")
+            result["plan_file"] = args.plan
+            result["loom_state"] = "planned"
+            result["plan_error"] = None
+            result["hit_rate"] = 1.0
+            result["driver_calls_per_step"] = 0
+        elif args.allocator.startswith("loom"):
             workdir = Path(args.workdir)
             workdir.mkdir(parents=True, exist_ok=True)
             trace = workdir / "trace.rank0.ltb"

@@ -180,6 +180,58 @@ def test_run_measures_searches_and_packs_traces(tmp_path):
     assert "(dense) | moe" not in text
 
 
+def test_plan_mode_runs_with_the_plans_given_and_fails_without(tmp_path):
+    """loom-plan: each model's worker gets --plan DIR/<model>.lplan; a model
+    without a plan file there is a failed run that says so (and the run
+    exits 1), never a run served without a plan as if it had one."""
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "llama1b.lplan").write_bytes(b"a plan")
+    out, lines = run_compare(tmp_path, "--models", "llama1b,moe",
+                             "--allocators", "expandable,loom-plan",
+                             "--plans", str(plans), "--search",
+                             expect_code=1)
+    measured = table.latest(lines, "measure")
+    planned = measured[("llama1b", "loom-plan")]
+    assert planned["returncode"] == 0 and planned["loom_state"] == "planned"
+    assert planned["plan_file"] == str(plans / "llama1b.lplan")
+    assert measured[("moe", "loom-plan")]["returncode"] == 2
+    # Probes of other micro-batches are served with the default's plan.
+    largest = table.latest(lines, "largest")
+    assert largest[("llama1b", "loom-plan")]["largest"] == 32
+    failures = (out / "failures.txt").read_text().splitlines()
+    assert failures == [
+        f"moe/loom-plan: failed (exit 2): loom-plan: no plan file for moe "
+        f"({plans / 'moe.lplan'})",
+        f"moe/loom-plan: largest failed: loom-plan: no plan file for moe "
+        f"({plans / 'moe.lplan'})"]
+    text = (out / "gpu.md").read_text()
+    assert "| llama1b | loom-plan | 4 | 4.00 GiB | 4.02 GiB | 99.50% |" \
+        in text
+    assert "| moe | loom-plan (failed) |" in text
+    assert "| efficiency ≥ 99% (plan mode) | llama1b | 99.50% | yes |" in text
+    assert "| peak reserved < expandable (plan mode) | llama1b |" in text
+    assert "| loom ran (plan mode) | moe | no result | NO |" in text
+
+
+def test_the_worker_wants_a_plan_file_with_plan_mode_only(tmp_path):
+    sys.path.insert(0, str(TRAIN))
+    import worker  # pylint: disable=import-outside-toplevel
+    base = ["--model", "llama1b", "--out", str(tmp_path / "r.json")]
+    with pytest.raises(SystemExit):
+        worker.parse_args(base + ["--allocator", "loom-plan"])
+    with pytest.raises(SystemExit):
+        worker.parse_args(base + ["--allocator", "loom-plan", "--plan",
+                                  str(tmp_path / "missing.lplan")])
+    plan = tmp_path / "p.lplan"
+    plan.write_bytes(b"x")
+    with pytest.raises(SystemExit):
+        worker.parse_args(base + ["--allocator", "loom", "--plan", str(plan)])
+    args = worker.parse_args(base + ["--allocator", "loom-plan", "--plan",
+                                     str(plan)])
+    assert args.plan == str(plan)
+
+
 def test_run_reports_failures_and_budget(tmp_path):
     out, lines = run_compare(tmp_path, "--models", "llama1b",
                              env_extra={"FAKE_FAIL": "llama1b/expandable"},

@@ -29,7 +29,12 @@ targets' verdicts (met, missed, undecided).
 --profile-steps N adds N profiled steps to each measure run (worker.py,
 profile_steps.py) and writes DIR/steptime.md (steptime.py) and
 DIR/profiles.tar.xz (each run's GPU activities and step annotations).
---allocators may name loom's layout variants (models.LOOM_VARIANTS).
+--allocators may name loom's layout variants (models.LOOM_VARIANTS) and
+loom-plan, loom in plan mode with --plans DIR: each model's plan file
+DIR/<model>.lplan, made beforehand (`loom plan`) from another run's
+recording (tests/gpu/run_gpu.sh pack makes them from
+bench/data/traces/gpu/h200_auto_2026-11-26/); a model without one is a
+failed run that says so.
 --traces packs loom's recorded traces and the snapshots into
 DIR/traces.tar.xz (for bench/data/traces/gpu, with unpack-traces).
 
@@ -201,6 +206,27 @@ def rotated(allocators, shift):
     return list(allocators[shift:]) + list(allocators[:shift])
 
 
+def plan_options(runner, model, allocator):
+    """The worker's --plan for loom-plan (others: none). Raises
+    FileNotFoundError when --plans has no plan for the model."""
+    if allocator != models.PLANNED:
+        return []
+    plans = runner.args.plans
+    plan = Path(plans) / f"{model}.lplan" if plans else None
+    if plan is None or not plan.is_file():
+        raise FileNotFoundError(
+            f"loom-plan: no plan file for {model} "
+            f"({plan if plan else 'compare.py run --plans DIR not given'})")
+    return ["--plan", str(plan)]
+
+
+def no_plan(runner, kind, model, allocator, error):
+    """Records a loom-plan run that could not start: no plan file."""
+    runner.record({"kind": kind, "model": model, "allocator": allocator,
+                   "returncode": 2, "error": str(error)})
+    print(f"{kind:9s} {model:18s} {allocator:10s} -> {error}")
+
+
 def measure(runner, model, allocators, round_=None):
     args = runner.args
     tags = None if round_ is None else {"round": round_}
@@ -208,13 +234,17 @@ def measure(runner, model, allocators, round_=None):
         if runner.left() < 30:
             runner.skipped("measure", model, allocator)
             continue
-        extra = []
+        try:
+            extra = plan_options(runner, model, allocator)
+        except FileNotFoundError as error:
+            no_plan(runner, "measure", model, allocator, error)
+            continue
         if args.profile_steps:
             profiles = runner.out / "profiles"
             profiles.mkdir(exist_ok=True)
-            extra = ["--profile-steps", str(args.profile_steps),
-                     "--profile-trace",
-                     str(profiles / f"{model}.{allocator}.json.gz")]
+            extra += ["--profile-steps", str(args.profile_steps),
+                      "--profile-trace",
+                      str(profiles / f"{model}.{allocator}.json.gz")]
         runner.worker("measure", model, allocator, steps=args.steps,
                       warmup=args.warmup, extra=extra, tags=tags)
 
@@ -223,13 +253,23 @@ def search(runner, model, allocators):
     args = runner.args
     default = models.spec(model, args.scale).micro_batch
     for allocator in allocators:
-        def probe(n, allocator=allocator):
+        try:
+            # loom-plan probes other micro-batches with the default one's
+            # plan: what a user who changed the micro-batch and kept the
+            # plan would get.
+            planned = plan_options(runner, model, allocator)
+        except FileNotFoundError as error:
+            no_plan(runner, "largest", model, allocator, error)
+            continue
+        record = ["--record-iterations", "2"] \
+            if models.is_loom(allocator) and not planned else []
+
+        def probe(n, allocator=allocator, extra=tuple(planned + record)):
             if runner.left() < 30:
                 raise TimeoutError("out of budget")
             return fits(runner.worker(
                 "probe", model, allocator, micro_batch=n, steps=2, warmup=1,
-                extra=["--record-iterations", "2"]
-                if models.is_loom(allocator) else []))
+                extra=list(extra)))
         try:
             largest, seen = largest_fitting(probe, default,
                                             args.max_micro_batch)
@@ -464,6 +504,8 @@ def parse_args(argv):
                      help="seconds; runs that would start later are skipped")
     run.add_argument("--run-timeout", type=float, default=400)
     run.add_argument("--keep-work", action="store_true")
+    run.add_argument("--plans", default=None,
+                     help="loom-plan's plan files: DIR/<model>.lplan")
     run.add_argument("--worker", default=str(HERE / "worker.py"),
                      help=argparse.SUPPRESS)
     table = sub.add_parser("table", help="results -> bench/results/gpu.md")

@@ -42,12 +42,21 @@ LOOM_VARIANTS = {
     "loom-chunk1": {"max_chunk_pages": 1},
     "loom-chunk10": {"max_chunk_pages": 10},
 }
-ALL_ALLOCATORS = ALLOCATORS + tuple(LOOM_VARIANTS)
+# loom in plan mode: served from its first request by a plan file made
+# beforehand (`loom plan`) from the recording of another process of the same
+# model (compare.py run --plans DIR: DIR/<model>.lplan), as a user who
+# recorded once and plans offline runs it. Not an oracle: the recording is
+# another run's (another process, another day), the plan check in the plan
+# file decides whether it is served (a plan that loses on its recording is
+# declined and the run served unplanned).
+PLANNED = "loom-plan"
+ALL_ALLOCATORS = ALLOCATORS + tuple(LOOM_VARIANTS) + (PLANNED,)
 
 
 def is_loom(allocator):
-    """True for loom and its layout variants."""
-    return allocator == "loom" or allocator in LOOM_VARIANTS
+    """True for loom, its layout variants and its plan mode."""
+    return (allocator == "loom" or allocator in LOOM_VARIANTS or
+            allocator == PLANNED)
 
 
 def loom_options(allocator):

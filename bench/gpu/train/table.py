@@ -151,37 +151,49 @@ def training_lines(lines):
 
 def target_rows(lines):
     """(target, model, value, met) for each of the issue's targets that the
-    results allow to check."""
+    results allow to check: loom's (auto mode) and, where it ran,
+    loom-plan's (plan mode), its targets marked "(plan mode)"."""
     measured = latest(lines, "measure")
     rows = []
     for model in sorted({k[0] for k in measured},
                         key=lambda m: rank((m, "torch"))):
-        loom = measured.get((model, "loom"))
-        if not loom or loom.get("oom") or loom.get("error"):
+        mine = [(a, measured[(model, a)]) for a in ("loom", models.PLANNED)
+                if (model, a) in measured]
+        if not mine:
             rows.append(("loom ran", model, "no result", False))
-            continue
-        spec = models.spec(model) if model in models.MODEL_NAMES else None
-        dense = spec.dense if spec else True
-        goal = 0.99 if dense else 0.98
-        eff = loom.get("efficiency")
-        rows.append((f"efficiency ≥ {goal:.0%}", model, pct(eff),
-                     eff is not None and eff >= goal))
-        expandable = measured.get((model, "expandable"))
-        if expandable and expandable.get("reserved_bytes.all.peak"):
-            mine = loom["reserved_bytes.all.peak"]
-            theirs = expandable["reserved_bytes.all.peak"]
-            rows.append(("peak reserved < expandable", model,
-                         f"{gib(mine)} vs {gib(theirs)}", mine < theirs))
-        torch_run = measured.get((model, "torch"))
-        if torch_run and torch_run.get("median_step_s") and \
-                loom.get("median_step_s"):
-            ratio = loom["median_step_s"] / torch_run["median_step_s"]
-            rows.append(("step time within 1% of torch", model,
-                         f"{ratio:.3f}×", ratio <= 1.01))
-        if dense and loom.get("driver_calls_per_step") is not None:
-            calls = loom["driver_calls_per_step"]
-            rows.append(("0 driver calls per step (dense)", model,
-                         f"{calls:g}", calls == 0))
+        for allocator, loom in mine:
+            rows += loom_targets(model, allocator, loom, measured)
+    return rows
+
+
+def loom_targets(model, allocator, loom, measured):
+    """The targets of one loom run (auto or plan mode) of `model`."""
+    tag = "" if allocator == "loom" else " (plan mode)"
+    if loom.get("oom") or loom.get("error"):
+        return [(f"loom ran{tag}", model, "no result", False)]
+    rows = []
+    spec = models.spec(model) if model in models.MODEL_NAMES else None
+    dense = spec.dense if spec else True
+    goal = 0.99 if dense else 0.98
+    eff = loom.get("efficiency")
+    rows.append((f"efficiency ≥ {goal:.0%}{tag}", model, pct(eff),
+                 eff is not None and eff >= goal))
+    expandable = measured.get((model, "expandable"))
+    if expandable and expandable.get("reserved_bytes.all.peak"):
+        held = loom["reserved_bytes.all.peak"]
+        theirs = expandable["reserved_bytes.all.peak"]
+        rows.append((f"peak reserved < expandable{tag}", model,
+                     f"{gib(held)} vs {gib(theirs)}", held < theirs))
+    torch_run = measured.get((model, "torch"))
+    if torch_run and torch_run.get("median_step_s") and \
+            loom.get("median_step_s"):
+        ratio = loom["median_step_s"] / torch_run["median_step_s"]
+        rows.append((f"step time within 1% of torch{tag}", model,
+                     f"{ratio:.3f}×", ratio <= 1.01))
+    if dense and loom.get("driver_calls_per_step") is not None:
+        calls = loom["driver_calls_per_step"]
+        rows.append((f"0 driver calls per step (dense){tag}", model,
+                     f"{calls:g}", calls == 0))
     return rows
 
 

@@ -12,7 +12,9 @@ process): `torch` is PyTorch's caching allocator as configured by default,
 plans them in the background, serves the plan from the next iteration
 boundary on; the warm-up waits for the plan so the measured steps run on
 it); a loom layout variant (models.LOOM_VARIANTS, e.g. loom-chunk1) is loom
-with those options. Then `--warmup` steps, then `--steps` timed steps (each
+with those options; `loom-plan` is loom in plan mode with the plan file
+`--plan` (made beforehand from another run's recording: no recording and
+no planning in this process). Then `--warmup` steps, then `--steps` timed steps (each
 ends with a host sync: loss.item()), then, with --profile-steps N, N more
 steps under torch.profiler with CUDA activity (profile_steps.py: GPU time
 per kernel name and per step, the GPU's idle time inside each step) and,
@@ -57,6 +59,8 @@ def parse_args(argv):
     parser.add_argument("--scale", choices=("full", "tiny"), default="full")
     parser.add_argument("--record-iterations", type=int, default=3)
     parser.add_argument("--plan-time-limit", type=float, default=20)
+    parser.add_argument("--plan", default=None,
+                        help="the plan file of --allocator loom-plan")
     parser.add_argument("--profile-steps", type=int, default=0)
     parser.add_argument("--profile-trace", default=None,
                         help="keep the profiled steps' GPU activities and "
@@ -69,6 +73,11 @@ def parse_args(argv):
                      "expandable), not loom")
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be positive and --warmup not negative")
+    if (args.allocator == models.PLANNED) != (args.plan is not None):
+        parser.error("--plan FILE goes with --allocator loom-plan, and only "
+                     "with it")
+    if args.plan is not None and not Path(args.plan).is_file():
+        parser.error(f"--plan {args.plan}: no such file")
     return args
 
 
@@ -84,6 +93,9 @@ def choose_allocator(args):
     if not models.is_loom(args.allocator):
         return None
     import loom  # pylint: disable=import-outside-toplevel
+    if args.allocator == models.PLANNED:
+        loom.enable(mode="plan", plan=args.plan, workdir=args.workdir)
+        return loom
     loom.enable(mode="auto", workdir=args.workdir,
                 record_iterations=args.record_iterations,
                 plan_options={"time_limit": args.plan_time_limit},
@@ -170,8 +182,9 @@ def train(args, torch, loom, result):
         loom.watch(trainer.optimizer)
     step = 0
     started = time.monotonic()
-    # loom: record, plan, then warm up on the plan.
-    if loom is not None:
+    # loom's auto mode: record, plan, then warm up on the plan (plan mode
+    # serves its plan from the first request).
+    if loom is not None and args.allocator != models.PLANNED:
         for _ in range(args.record_iterations + 1):
             trainer.step(step)
             step += 1
@@ -210,6 +223,7 @@ def train(args, torch, loom, result):
         # when it loses there: whatif/loom/plan_check.h).
         result["plan_check"] = status["plan_check"]
         result["trace"] = status["files"].get("trace")
+        result["plan_file"] = args.plan
     if args.profile_steps:
         profile_run(args, torch, loom, trainer, step, result)
 
