@@ -59,7 +59,9 @@
 #                                   bench/results/steptime_ab.md, its
 #                                   results.jsonl -> steptime_ab.jsonl; every
 #                                   other DIR/results.jsonl (+ driver_costs.json) ->
-#                                   bench/results/gpu.md; DIR/traces.tar.xz ->
+#                                   bench/results/gpu.md (on top, the
+#                                   previous report kept below it);
+#                                   DIR/traces.tar.xz ->
 #                                   bench/data/traces/gpu/
 #
 # Loud: `run` and `train` exit non-zero and list every failure at the end
@@ -354,10 +356,22 @@ record() {
     fi
   done
   if [[ ${#results[@]} -gt 0 ]]; then
+    # The new report on top; the previous one (its hand-written reading
+    # included) kept below it, under a rule.
+    local report=bench/results/gpu.md new
+    new=$(mktemp) || return 1
     python3 bench/gpu/train/compare.py table "${results[@]}" "${costs[@]}" \
       --command "tests/gpu/run_gpu.sh run/train \$OUT; record" \
-      > bench/results/gpu.md || return 1
-    echo "recorded bench/results/gpu.md"
+      > "$new" || { rm -f "$new"; return 1; }
+    if [[ -s "$report" ]]; then
+      { cat "$new"; echo; echo "---"; echo
+        sed '1s/^# loom on a GPU: memory, speed and driver costs$/# Earlier/' "$report"
+      } > "$report.new" && mv "$report.new" "$report" || { rm -f "$new"; return 1; }
+      rm -f "$new"
+    else
+      mv "$new" "$report" || return 1
+    fi
+    echo "recorded $report (the previous report kept below it)"
   fi
 }
 

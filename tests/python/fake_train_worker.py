@@ -118,7 +118,8 @@ def main(argv):
             if args.plan is None or not Path(args.plan).is_file():
                 raise SystemExit(f"--plan {args.plan}: no such file")
             result["plan_file"] = args.plan
-            result["loom_state"] = "planned"
+            result["loom_state"] = "serving"  # plan mode's state
+            result["plan_loaded"] = True
             result["plan_error"] = None
             result["hit_rate"] = 1.0
             result["driver_calls_per_step"] = 0

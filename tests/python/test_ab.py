@@ -3,6 +3,7 @@ ab.py's bootstrap and verdicts on synthetic step times, and `compare.py
 run --rounds N` end to end with the fake worker (rotated orders, one
 process per round and allocator, DIR/ab.md)."""
 
+import json
 import random
 import sys
 from pathlib import Path
@@ -167,3 +168,38 @@ def test_recording_an_ab_bundle_leaves_the_train_report_alone(tmp_path):
     assert "# loom on a GPU" not in text
     assert (results / "steptime_ab.jsonl").read_text() == \
         '{"kind": "run"}\n'
+
+
+def test_recording_a_train_run_keeps_the_previous_report(tmp_path):
+    """`run_gpu.sh record` of a train bundle puts the new report on top of
+    bench/results/gpu.md and keeps the previous one, hand-written reading
+    included, below it."""
+    import shutil  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    root = tmp_path / "repo"
+    (root / "tests" / "gpu").mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "gpu" / "run_gpu.sh",
+                root / "tests" / "gpu" / "run_gpu.sh")
+    shutil.copytree(ROOT / "bench" / "gpu" / "train",
+                    root / "bench" / "gpu" / "train")
+    results = root / "bench" / "results"
+    results.mkdir(parents=True)
+    (results / "gpu.md").write_text(
+        "# loom on a GPU: memory, speed and driver costs\n\n- date: old\n\n"
+        "## What this run shows\n\nby hand\n")
+    step = tmp_path / "train"
+    step.mkdir()
+    (step / "results.jsonl").write_text(json.dumps(
+        {"kind": "run", "argv": ["run"], "date": "2026-11-27T19:41Z",
+         "host": "x"}) + "\n")
+    done = subprocess.run(
+        ["bash", str(root / "tests" / "gpu" / "run_gpu.sh"), "record",
+         str(step)], capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    text = (results / "gpu.md").read_text()
+    assert text.startswith("# loom on a GPU: memory, speed and driver "
+                           "costs\n")
+    new, old = text.split("\n---\n\n")
+    assert "- date: 2026-11-27T19:41Z" in new
+    assert old == "# Earlier\n\n- date: old\n\n## What this run shows\n\n" \
+        "by hand\n"

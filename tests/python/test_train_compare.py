@@ -193,7 +193,7 @@ def test_plan_mode_runs_with_the_plans_given_and_fails_without(tmp_path):
                              expect_code=1)
     measured = table.latest(lines, "measure")
     planned = measured[("llama1b", "loom-plan")]
-    assert planned["returncode"] == 0 and planned["loom_state"] == "planned"
+    assert planned["returncode"] == 0 and planned["loom_state"] == "serving"
     assert planned["plan_file"] == str(plans / "llama1b.lplan")
     assert measured[("moe", "loom-plan")]["returncode"] == 2
     # Probes of other micro-batches are served with the default's plan.
@@ -212,6 +212,14 @@ def test_plan_mode_runs_with_the_plans_given_and_fails_without(tmp_path):
     assert "| efficiency ≥ 99% (plan mode) | llama1b | 99.50% | yes |" in text
     assert "| peak reserved < expandable (plan mode) | llama1b |" in text
     assert "| loom ran (plan mode) | moe | no result | NO |" in text
+    # Plan mode's state is "serving" whether or not its plan loaded: a run
+    # whose plan did not load is marked and fails the run.
+    assert "loom-plan (not planned" not in text
+    lines.append(dict(planned, plan_loaded=False, hit_rate=None))
+    assert "| llama1b | loom-plan (not planned: serving) |" in \
+        table.make_table(lines)
+    assert "llama1b/loom-plan: loom did not serve a plan (state serving): " \
+        "None" in table.recipe_failures(lines)
 
 
 def test_the_worker_wants_a_plan_file_with_plan_mode_only(tmp_path):

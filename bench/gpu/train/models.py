@@ -59,6 +59,19 @@ def is_loom(allocator):
             allocator == PLANNED)
 
 
+def served_plan(line):
+    """Whether a loom run's result line says it served a plan: auto mode
+    ends "planned"; plan mode is "serving" from the start, with its plan
+    loaded (lines written before `plan_loaded` was kept: a hit rate)."""
+    state = line.get("loom_state")
+    if line.get("allocator") == PLANNED:
+        loaded = line.get("plan_loaded")
+        if loaded is None:
+            loaded = line.get("hit_rate") is not None
+        return state == "serving" and bool(loaded)
+    return state == "planned"
+
+
 def loom_options(allocator):
     """loom.enable() options of a loom allocator name (plain loom: {})."""
     return dict(LOOM_VARIANTS.get(allocator, {}))

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import profile_steps  # noqa: E402  pylint: disable=wrong-import-position
 from table import environment_lines, latest, order, read_results  # noqa: E402  pylint: disable=wrong-import-position
-from models import is_loom  # noqa: E402  pylint: disable=wrong-import-position
+from models import is_loom, served_plan  # noqa: E402  pylint: disable=wrong-import-position
 
 STEP_TOLERANCE = 0.01  # the "within 1% of PyTorch's allocator"
 
@@ -105,7 +105,7 @@ def model_lines(model, runs):
             status = " (failed)" if line.get("error") else " (OOM)"
         elif is_loom(allocator) and line.get("loom_state") == "declined":
             status = " (plan declined)"
-        elif is_loom(allocator) and line.get("loom_state") != "planned":
+        elif is_loom(allocator) and not served_plan(line):
             status = f" (not planned: {line.get('loom_state')})"
         elif line.get("profile_error"):
             status = f" (not profiled: {line['profile_error'][:80]})"

@@ -130,8 +130,8 @@ def training_lines(lines):
             status = " (failed)"
         elif is_loom(allocator) and m.get("loom_state") == "declined":
             status = " (plan declined: it loses on its recording)"
-        elif is_loom(allocator) and m.get("loom_state") not in (None,
-                                                                 "planned"):
+        elif is_loom(allocator) and m.get("loom_state") is not None and \
+                not models.served_plan(m):
             status = f" (not planned: {m['loom_state']})"
         elif is_loom(allocator) and m.get("plan_verdict") == "lost":
             status = " (plan lost to the dynamic space)"
@@ -276,7 +276,8 @@ def recipe_failures(lines):
                 out.append(f"{label}: failed (exit "
                            f"{line.get('returncode')}): {last}")
             elif is_loom(line.get("allocator")) and \
-                    line.get("loom_state") not in ("planned", "declined"):
+                    line.get("loom_state") != "declined" and \
+                    not models.served_plan(line):
                 out.append(f"{label}: loom did not serve a plan (state "
                            f"{line.get('loom_state')}): "
                            f"{str(line.get('plan_error'))[:500]}")

@@ -213,6 +213,7 @@ def train(args, torch, loom, result):
         result["hit_rate"] = delta["plan_hits"] / planned if planned else None
         status = loom.status()
         result["loom_state"] = status["state"]
+        result["plan_loaded"] = status["plan_loaded"]
         result["plan_error"] = status["plan_error"]
         # The plan referee's verdict (issue 23): a plan that held more than
         # the dynamic space alone would stops serving ("lost"), and the
