@@ -45,10 +45,11 @@ LOOM_VARIANTS = {
 # loom in plan mode: served from its first request by a plan file made
 # beforehand (`loom plan`) from the recording of another process of the same
 # model (compare.py run --plans DIR: DIR/<model>.lplan), as a user who
-# recorded once and plans offline runs it. Not an oracle: the recording is
-# another run's (another process, another day), the plan check in the plan
-# file decides whether it is served (a plan that loses on its recording is
-# declined and the run served unplanned).
+# recorded once and plans offline runs it: the recording is another run's
+# (another process, another day) of the same job, whose requests repeat
+# (fixed seeds), measured on iterations the recording did not hold; the plan
+# check in the plan file decides whether it is served (a plan that loses on
+# its recording is declined and the run served unplanned).
 PLANNED = "loom-plan"
 ALL_ALLOCATORS = ALLOCATORS + tuple(LOOM_VARIANTS) + (PLANNED,)
 
