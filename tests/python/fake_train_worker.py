@@ -70,13 +70,15 @@ def main(argv):
                  "--snapshot", "--record-iterations", "--profile-trace",
                  "--plan"):
         parser.add_argument(name)
-    for name in ("--micro-batch", "--warmup", "--steps", "--profile-steps"):
+    for name in ("--micro-batch", "--warmup", "--steps", "--profile-steps",
+                 "--seed"):
         parser.add_argument(name, type=int)
     args = parser.parse_args(argv)
     limits = json.loads(os.environ.get("FAKE_LIMITS", "{}"))
     mb = args.micro_batch or DEFAULT_MB[args.model]
     result = {"model": args.model, "allocator": args.allocator,
               "micro_batch": mb, "steps": args.steps, "oom": False,
+              "seed": args.seed,
               "env": {"gpu": "Fake H100", "gpu_memory_bytes": 80 * GiB,
                       "torch": "2.11.0", "cuda": "13.0", "python": "3.12"}}
     code = 0

@@ -190,8 +190,10 @@ def test_plan_mode_runs_with_the_plans_given_and_fails_without(tmp_path):
     out, lines = run_compare(tmp_path, "--models", "llama1b,moe",
                              "--allocators", "expandable,loom-plan",
                              "--plans", str(plans), "--search",
-                             expect_code=1)
+                             "--seed", "7", expect_code=1)
     measured = table.latest(lines, "measure")
+    assert {l.get("seed") for l in lines if l["kind"] in
+            ("measure", "probe") and l["returncode"] == 0} == {7}
     planned = measured[("llama1b", "loom-plan")]
     assert planned["returncode"] == 0 and planned["loom_state"] == "serving"
     assert planned["plan_file"] == str(plans / "llama1b.lplan")

@@ -34,7 +34,8 @@ loom-plan, loom in plan mode with --plans DIR: each model's plan file
 DIR/<model>.lplan, made beforehand (`loom plan`) from another run's
 recording (tests/gpu/run_gpu.sh pack makes them from
 bench/data/traces/gpu/h200_auto_2026-11-26/); a model without one is a
-failed run that says so.
+failed run that says so. --seed N trains every model from another seed
+(weights and data; moe's routing then differs from the recordings').
 --traces packs loom's recorded traces and the snapshots into
 DIR/traces.tar.xz (for bench/data/traces/gpu, with unpack-traces).
 
@@ -108,6 +109,8 @@ class Runner:
                    "--warmup", str(warmup), "--out", str(out),
                    "--workdir", str(workdir), "--scale", self.args.scale,
                    *extra]
+        if self.args.seed is not None:
+            command += ["--seed", str(self.args.seed)]
         if micro_batch is not None:
             command += ["--micro-batch", str(micro_batch)]
         if snapshot is not None:
@@ -506,6 +509,9 @@ def parse_args(argv):
     run.add_argument("--keep-work", action="store_true")
     run.add_argument("--plans", default=None,
                      help="loom-plan's plan files: DIR/<model>.lplan")
+    run.add_argument("--seed", type=int, default=None,
+                     help="the workers' seed (weights and data; default "
+                     "the worker's, that of the recorded traces)")
     run.add_argument("--worker", default=str(HERE / "worker.py"),
                      help=argparse.SUPPRESS)
     table = sub.add_parser("table", help="results -> bench/results/gpu.md")

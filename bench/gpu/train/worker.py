@@ -3,7 +3,7 @@
     python3 worker.py --model NAME --allocator torch|expandable|loom|loom-...
         --micro-batch N --warmup N --steps N --out result.json
         [--workdir DIR] [--snapshot FILE] [--scale full|tiny]
-        [--profile-steps N]
+        [--profile-steps N] [--seed N] [--plan FILE]
 
 The allocator is chosen before CUDA is touched (it can be chosen once per
 process): `torch` is PyTorch's caching allocator as configured by default,
@@ -59,6 +59,10 @@ def parse_args(argv):
     parser.add_argument("--scale", choices=("full", "tiny"), default="full")
     parser.add_argument("--record-iterations", type=int, default=3)
     parser.add_argument("--plan-time-limit", type=float, default=20)
+    parser.add_argument("--seed", type=int, default=1234,
+                        help="the weights' and the data's seed (a plan "
+                        "made from a run of another seed: moe's routing "
+                        "differs)")
     parser.add_argument("--plan", default=None,
                         help="the plan file of --allocator loom-plan")
     parser.add_argument("--profile-steps", type=int, default=0)
@@ -176,7 +180,7 @@ def train(args, torch, loom, result):
     spec = models.spec(args.model, args.scale)
     micro_batch = args.micro_batch or spec.micro_batch
     result["micro_batch"] = micro_batch
-    trainer = models.build(torch, spec, micro_batch)
+    trainer = models.build(torch, spec, micro_batch, seed=args.seed)
     if loom is not None:
         loom.watch(trainer.model, dynamic=models.dynamic_modules(spec))
         loom.watch(trainer.optimizer)
@@ -244,7 +248,7 @@ def memory(torch, result):
 def main(argv):
     args = parse_args(argv)
     result = {"model": args.model, "allocator": args.allocator,
-              "scale": args.scale, "warmup": args.warmup,
+              "scale": args.scale, "seed": args.seed, "warmup": args.warmup,
               "steps": args.steps, "oom": False}
     out = Path(args.out)
     code = 0
