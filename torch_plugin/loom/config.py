@@ -72,6 +72,11 @@ class Config:
     check_plan: bool = True
     planner: object = None       # callable(trace, plan) replacing libloom's
     reuse_plan_from: int = None  # a rank whose plan this rank may reuse
+    # Auto mode across runs: serve, from the first request, the plan for a
+    # whole run that an earlier run in this workdir made
+    # (start-plan.rank{r}.lplan), and make that plan for the next run from
+    # this run's recording (docs/plugin.md, "Auto mode across runs").
+    remember: bool = False
     torch_stats: bool = True     # route torch.cuda.memory_stats() to loom
     atexit: bool = True          # finish() at interpreter exit
     # Physical layout: the largest handle, in granules (1..512; 512 = up to
@@ -214,6 +219,7 @@ _OPTIONS = {
     "planner": _planner,
     "reuse_plan_from": lambda v: v if v is None else _int(
         v, "reuse_plan_from", 0),
+    "remember": lambda v: _bool(v, "remember"),
     "torch_stats": lambda v: _bool(v, "torch_stats"),
     "atexit": lambda v: _bool(v, "atexit"),
     "max_chunk_pages": lambda v: _int(v, "max_chunk_pages", 1,
@@ -263,6 +269,10 @@ def parse_config(mode, workdir=".loom", plan=None, device=None, **options):
         raise LoomError(f"replan applies to modes that serve plans (auto, "
                         f"plan), not {mode!r}")
     values.setdefault("replan", mode == "auto")
+    if values.get("remember") and mode != "auto":
+        raise LoomError(f"remember applies to mode='auto' only (plan mode "
+                        f"serves a plan file from the start already), not "
+                        f"{mode!r}")
     if "check_plan" in values and mode in ("record", "pool"):
         raise LoomError(f"check_plan applies to modes that serve plans (auto, "
                         f"plan), not {mode!r}")
@@ -341,6 +351,12 @@ def trace_path(workdir, rank, trace_format="binary"):
 
 def plan_path(workdir, rank):
     return Path(workdir) / f"plan.rank{rank}{PLAN_SUFFIX}"
+
+
+def start_plan_path(workdir, rank):
+    """Auto mode with remember=True: the plan of a whole run (persistent
+    tensors included) made for the next run from this one's recording."""
+    return Path(workdir) / f"start-plan.rank{rank}{PLAN_SUFFIX}"
 
 
 def sidecar_path(path):

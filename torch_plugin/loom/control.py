@@ -63,20 +63,18 @@ def _start(config, native_path=None):
         native = _native.load(native_path)
         plan_check, declined = _recorded_check(config, native, plan_file,
                                                device)
-        host = config.backend != "cuda"
-        settings = config_lib.settings_string(
-            config, device_count=device + 1 if host else None,
-            plan=None if declined else plan_file)
-        try:
-            native.configure(settings)
-        except NativeError as error:
-            if error.code == 4:  # FAILED_PRECONDITION: memory already served
-                raise LoomError(
-                    "libloom is already serving memory in this process and "
-                    "cannot be reconfigured; enable loom once, first thing"
-                    ) from None
-            raise LoomError(f"libloom rejected the settings: "
-                            f"{error.message}") from None
+        previous = None  # auto mode, remember: (plan, sidecar record)
+        if config.mode == "auto" and config.remember:
+            plan, record = planning.previous_start_plan(config, ranks.rank,
+                                                        native)
+            if plan is None:
+                log.info("loom: nothing remembered to serve from the start "
+                         "(%s): recording", record)
+            else:
+                previous = (plan, record)
+                plan_file, plan_source = plan, "previous run"
+                plan_check = native.plan_file_check(plan)
+        _configure(native, config, device, None if declined else plan_file)
         session = Session(config, native, ranks, device, plan_file,
                           plan_source)
         session.plan_check = plan_check
@@ -87,8 +85,19 @@ def _start(config, native_path=None):
                 native.init_device(device)  # builds the allocator: loads the plan
             except NativeError as error:
                 _shutdown_quietly(native)
-                raise LoomError(f"cannot install plan {plan_file} on device "
-                                f"{device}: {error.message}") from None
+                if previous is None:
+                    raise LoomError(f"cannot install plan {plan_file} on "
+                                    f"device {device}: {error.message}"
+                                    ) from None
+                # Remembered, not asked for: record as auto mode does.
+                log.warning("loom: cannot install the remembered plan %s on "
+                            "device %d (%s): recording instead", plan_file,
+                            device, error.message)
+                _configure(native, config, device, None)
+                session = Session(config, native, ranks, device)
+                previous = None
+        if previous is not None:
+            session.serve_previous_plan(previous[1])
         _state.set_current(session)
         if config.atexit and not _atexit_registered:
             atexit.register(_at_exit)
@@ -96,6 +105,24 @@ def _start(config, native_path=None):
         log.info("loom: %s mode, rank %d, device %d, backend %s", config.mode,
                  ranks.rank, device, config.backend)
         return session
+
+
+def _configure(native, config, device, plan):
+    """loom_configure for `config`, with `plan` installed on every device at
+    its first use (None: no plan). Raises LoomError."""
+    host = config.backend != "cuda"
+    settings = config_lib.settings_string(
+        config, device_count=device + 1 if host else None, plan=plan)
+    try:
+        native.configure(settings)
+    except NativeError as error:
+        if error.code == 4:  # FAILED_PRECONDITION: memory already served
+            raise LoomError(
+                "libloom is already serving memory in this process and "
+                "cannot be reconfigured; enable loom once, first thing"
+                ) from None
+        raise LoomError(f"libloom rejected the settings: "
+                        f"{error.message}") from None
 
 
 def _recorded_check(config, native, plan_file, device):

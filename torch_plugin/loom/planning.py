@@ -7,6 +7,8 @@
   libloom's planner (`loom_plan_trace`: plan/'s entry point, the same code
   as `loom_tool plan`), or with a user's callable, and records in
   `<plan>.json` which trace, by fingerprint, the plan was made from.
+- `previous_start_plan(config, rank, native)`: auto mode with remember:
+  the whole-run plan an earlier run left for this one, if usable.
 - `check_plan_file(path)`: exists, readable, has the plan magic.
 - `wait_for_plan(plan, timeout)`: another rank's plan, when it appears.
 
@@ -126,6 +128,32 @@ def resolve_plan(config, ranks):
         reasons.append(f"{candidate.name}: {reason}")
     raise LoomError(f"no plan for rank {rank} ({own} does not exist) and no "
                     f"other rank's plan fits: " + "; ".join(reasons))
+
+
+def previous_start_plan(config, rank, native):
+    """Auto mode with remember=True: the whole-run plan an earlier run in
+    this workdir made for this rank, if it may be served from the start:
+    (path, its sidecar record), or (None, why not). It needs its sidecar
+    (the fingerprint of the recording it was made from, to confirm it
+    later) and, with check_plan on, a check that does not say it loses on
+    that recording."""
+    plan = config_lib.start_plan_path(config.workdir, rank)
+    if not plan.exists():
+        return None, f"no {plan.name} in {config.workdir} yet"
+    try:
+        check_plan_file(plan)
+        check = native.plan_file_check(plan)
+    except (LoomError, NativeError) as error:
+        return None, f"{plan.name} is unusable ({error})"
+    record = fp.read_sidecar(plan)
+    if record is None:
+        return None, (f"{plan.name} has no "
+                      f"{config_lib.sidecar_path(plan).name}")
+    if check is not None and not check["earns_its_place"] and \
+            config.check_plan:
+        return None, (f"{plan.name} does not earn its place on the run it "
+                      f"was made from")
+    return plan, record
 
 
 def plan_trace(trace, plan, fingerprint, planner=None, options=None,

@@ -15,6 +15,9 @@ state machine of the three modes:
                                             ├─ failure ──► fallback
                                             └─ the plan loses on its own
                                                iterations ──► declined
+           remember=True with an earlier run's whole-run plan: planned
+           from enable() on, recording N iterations to confirm it (or,
+           when this run's requests differ, to plan the next run's)
   pool:    serving (loom.pool(): segments from PyTorch's caching allocator)
 
 While recording, each iteration boundary checks the record buffer: when it
@@ -109,6 +112,13 @@ class Session:
         self._plan_result = None   # (plan path, source, check) or LoomError
         self._seen = {}            # plan-fit stats last logged
         self._stop = threading.Event()
+        # Auto mode, remember=True: the sidecar record of the remembered
+        # plan served from the start (None: none), and what this run's
+        # recording said of it (status()["remembered"]).
+        self._previous = None
+        self.remembered = None
+        self._verifying = False    # the verification has started
+        self._verdict = None       # the verification's result, once ready
 
     # ------------------------------------------------------------ markers
 
@@ -156,6 +166,8 @@ class Session:
     # ---------------------------------------------------------- auto mode
 
     def _at_boundary(self):
+        if self._previous is not None:
+            self._verify_previous_plan()
         if self.state == RECORDING:
             if self.mode == "auto" and \
                     self.completed >= self.config.record_iterations:
@@ -211,6 +223,89 @@ class Session:
         if grew("loom.replan_failures"):
             log.warning("loom: re-planning failed: %s",
                         stats.get("loom.replan_error", "?"))
+
+    # ------------------------------------------- auto mode across runs
+
+    def serve_previous_plan(self, record):
+        """Auto mode, remember=True: the plan an earlier run made for a whole
+        run (`record`: its sidecar) was installed when loom was enabled and
+        serves from the first request; this run still records its first
+        `record_iterations` iterations, to confirm that plan or to make the
+        next run's."""
+        self.state = PLANNED
+        self._previous = record
+        self.remembered = "serving, to be confirmed"
+        log.info("loom: serving the plan %s made by an earlier run from the "
+                 "start", self.plan_file)
+
+    def _verify_previous_plan(self):
+        """At a boundary: once the recorded iterations are in, writes the
+        trace and compares it (in the background) with the recording the
+        remembered plan was made from; then says what it found."""
+        if not self._verifying:
+            if self.completed < self.config.record_iterations and \
+                    not self._buffer_nearly_full():
+                return
+            try:
+                trace = self._write_trace_file()
+            except LoomError as error:
+                self._previous = None
+                self.remembered = (f"unconfirmed: cannot write the "
+                                   f"trace: {error}")
+                self._stop_recording()
+                log.warning("loom: %s", self.remembered)
+                return
+            self._verifying = True
+            if self.config.plan_async:
+                self._planner = threading.Thread(
+                    target=self._verify_job, args=(trace,), daemon=True,
+                    name="loom-verify")
+                self._planner.start()
+                return
+            self._verify_job(trace)
+        verdict = self._verdict
+        if verdict is None:
+            return  # still running
+        self._previous = None
+        self._stop_recording()
+        self.remembered = verdict
+        if verdict == "confirmed":
+            log.info("loom: this run's requests are those the remembered plan "
+                     "was made from: it keeps serving")
+        else:
+            log.warning("loom: the remembered plan %s; it keeps serving where "
+                        "it fits (iterations it does not fit are served "
+                        "dynamically) and the next run gets a plan made from "
+                        "this one", verdict)
+
+    def _verify_job(self, trace):
+        """Planner thread: fingerprints this run's trace; unless it equals
+        the remembered plan's recording, makes the next run's plan from it."""
+        try:
+            fingerprint = self._fingerprint(trace)
+            reason = fp.compare(fingerprint, self._previous["fingerprint"])
+            if reason is None:
+                verdict = "confirmed"
+            else:
+                verdict = f"differs from this run ({reason})"
+                self._make_start_plan(trace, fingerprint)
+        except LoomError as error:
+            verdict = f"unconfirmed: {error}"
+        except Exception as error:  # pylint: disable=broad-except
+            verdict = f"unconfirmed: {type(error).__name__}: {error}"
+        with self.lock:
+            self._verdict = verdict
+
+    def _make_start_plan(self, trace, fingerprint):
+        """remember=True: plans `trace` as a whole run, persistent tensors
+        included, into start-plan.rank{r}.lplan for the next run (with its
+        check and the trace's fingerprint beside it)."""
+        options = dict(self.config.plan_options)  # persistent: the default
+        planning.plan_trace(
+            trace, config_lib.start_plan_path(self.config.workdir,
+                                              self.ranks.rank),
+            fingerprint, planner=self.config.planner, options=options,
+            rank=self.ranks.rank, native=self.native)
 
     def _buffer_nearly_full(self):
         """True when the record buffer may not hold one more iteration (the
@@ -276,6 +371,16 @@ class Session:
             result = LoomError(f"{type(error).__name__}: {error}")
         with self.lock:
             self._plan_result = result
+        if self.config.remember:
+            # This run's plan was made for a switch mid-run; the next run
+            # can be served from its start.
+            try:
+                record = fp.read_sidecar(trace)
+                if record is None:
+                    raise LoomError(f"{trace} has no fingerprint record")
+                self._make_start_plan(trace, record["fingerprint"])
+            except Exception as error:  # pylint: disable=broad-except
+                log.warning("loom: no plan for the next run: %s", error)
 
     def _planner_options(self):
         """The planner's options for this session's own plan. In auto mode
@@ -478,6 +583,11 @@ class Session:
                 "recording": config.record_events > 0,
                 "plan_loaded": bool(stats.get("loom.static_region_bytes", 0)),
                 "plan_source": self.plan_source,
+                # Auto mode, remember=True: the remembered plan served from
+                # the start ("serving, to be confirmed", "confirmed",
+                # "differs from this run (...)", "unconfirmed: ..."); None
+                # when none was.
+                "remembered": self.remembered,
                 "plan_error": self.plan_error,
                 # The plan replayed on the iterations it was made from, with
                 # and without it (auto mode's, or the one recorded in plan

@@ -709,3 +709,108 @@ def test_auto_mode_replans_a_new_shape_as_a_plan_variant(loom_env, tmp_path,
     session.native.check_invariants(0)
     loop.check_all()
     loop.close()
+
+
+def test_auto_mode_remembers_a_whole_run_plan_for_the_next_run(
+        loom_env, tmp_path, caplog):
+    """remember=True: a first run records, switches to its plan mid-run and
+    leaves, for the next run, a plan of the whole run (start-plan.rank0);
+    the next run serves it from its first request (the weights placed by
+    it), confirms it against its own recording, and holds less at its peak
+    than the first run; a run whose requests changed is told so and leaves
+    a plan made from itself."""
+    loom = loom_env
+    start_plan = tmp_path / "start-plan.rank0.lplan"
+
+    def auto_run(extra_at=None):
+        session = loom._configure_native(
+            mode="auto", workdir=tmp_path, remember=True,
+            record_iterations=2, plan_async=False,
+            plan_options={"time_limit": 2}, **HOST)
+        at_start = loom.status()
+        loom.begin_iteration()
+        loop = FakeLoop(session.native, session.device)
+        hits_after_first = None
+        for i in range(6):
+            loop.iteration(markers=loom.phase,
+                           extra=4096 if i == extra_at else None)
+            loom.step()
+            session.native.check_invariants(0)
+            if hits_after_first is None:
+                hits_after_first = loom.memory_stats()["loom.plan_hits"]
+        peak = loom.memory_stats()["reserved_bytes.all.peak"]
+        loop.close()
+        status = loom.finish()
+        loom._reset()
+        return at_start, status, hits_after_first, peak
+
+    with caplog.at_level(logging.INFO, logger="loom"):
+        at_start, first, hits, first_peak = auto_run()
+    assert at_start["state"] == "recording" and at_start["remembered"] is None
+    assert "nothing remembered to serve from the start" in caplog.text
+    assert hits == 0 and first["state"] == "planned", first["plan_error"]
+    record = fp.read_sidecar(start_plan)
+    assert record["fingerprint"] == fp.read_sidecar(
+        tmp_path / "trace.rank0.ltb")["fingerprint"]
+    assert record["check"]["earns_its_place"] is True
+    assert not record["check"]["mid_run"], "a plan of the whole run"
+
+    at_start, second, hits, second_peak = auto_run()
+    assert at_start["state"] == "planned" and at_start["plan_loaded"]
+    assert at_start["plan_source"] == "previous run"
+    assert at_start["remembered"] == "serving, to be confirmed"
+    assert hits >= 4, "the weights are placed by the remembered plan"
+    assert second["remembered"] == "confirmed"
+    assert second["hit_rate"] == 1.0
+    assert second_peak < first_peak, (second_peak, first_peak)
+    assert fp.read_sidecar(start_plan) == record, "kept: it was confirmed"
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="loom"):
+        _, third, _, _ = auto_run(extra_at=1)
+    assert third["remembered"].startswith("differs from this run ("), third
+    assert "the next run gets a plan made from this one" in caplog.text
+    assert fp.read_sidecar(start_plan)["fingerprint"] == fp.read_sidecar(
+        tmp_path / "trace.rank0.ltb")["fingerprint"] != record["fingerprint"]
+
+
+def test_remember_is_for_auto_mode_and_skips_an_unusable_plan(
+        loom_env, tmp_path, caplog):
+    loom = loom_env
+    with pytest.raises(LoomError, match="remember applies to mode='auto'"):
+        loom._configure_native(mode="plan", workdir=tmp_path, remember=True,
+                               **HOST)
+    # A remembered plan without its fingerprint record cannot be confirmed
+    # later: not served, the run records as auto mode does.
+    (tmp_path / "start-plan.rank0.lplan").write_bytes(FAKE_PLAN)
+    with caplog.at_level(logging.INFO, logger="loom"):
+        loom._configure_native(mode="auto", workdir=tmp_path, remember=True,
+                               **HOST)
+    assert loom.status()["state"] == "recording"
+    assert "start-plan.rank0.lplan" in caplog.text
+    loom._reset()
+
+
+def test_a_remembered_plan_is_confirmed_in_the_background(loom_env, tmp_path):
+    """The default plan_async: the confirmation runs on a thread while the
+    plan serves; its verdict is taken at a later iteration boundary."""
+    loom = loom_env
+    for run in range(2):
+        session = loom._configure_native(
+            mode="auto", workdir=tmp_path, remember=True, record_iterations=2,
+            plan_options={"time_limit": 2}, **HOST)
+        loom.begin_iteration()
+        loop = FakeLoop(session.native, session.device)
+        for _ in range(200):
+            loop.iteration(markers=loom.phase)
+            loom.step()
+            status = loom.status()
+            if run == 0 and (tmp_path / "start-plan.rank0.lplan.json").exists():
+                break
+            if run == 1 and status["remembered"] != "serving, to be confirmed":
+                break
+        loop.close()
+        loom.finish()
+        loom._reset()
+    assert status["remembered"] == "confirmed"
+    assert status["plan_source"] == "previous run" and status["plan_loaded"]
