@@ -10,7 +10,7 @@ loom a trace file is written in --workdir, as loom's auto mode does.
 FAKE_FAIL=model/allocator makes that run fail (exit 1); a loom run is
 "planned" unless FAKE_FALLBACK names its model (then "fallback", with the
 H200's reason); loom-plan needs an existing --plan file and writes no
-trace. FAKE_STEP_NOISE=x scatters the step times uniformly within
+trace; loom-remember serves the plan a previous run left in --workdir. FAKE_STEP_NOISE=x scatters the step times uniformly within
 +-x of the allocator's (seeded by --out, so reproducible). --profile-steps N adds a profile made by the real
 profile_steps.summarize() from a synthetic Kineto trace in which the GEMM
 takes GEMM_US[allocator] per step (and --profile-trace keeps that trace).
@@ -128,6 +128,13 @@ def main(argv):
         elif args.allocator.startswith("loom"):
             workdir = Path(args.workdir)
             workdir.mkdir(parents=True, exist_ok=True)
+            if args.allocator == "loom-remember":  # the first run leaves it
+                start_plan = workdir / "start-plan.rank0.lplan"
+                result["plan_source"] = "previous run" \
+                    if start_plan.exists() else "own"
+                result["remembered"] = "confirmed" \
+                    if start_plan.exists() else None
+                start_plan.write_bytes(b"a plan")
             trace = workdir / "trace.rank0.ltb"
             trace.write_bytes(b"LTB fake trace " + args.model.encode())
             (workdir / "trace.rank0.ltb.json").write_text("{}")

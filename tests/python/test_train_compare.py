@@ -224,6 +224,28 @@ def test_plan_mode_runs_with_the_plans_given_and_fails_without(tmp_path):
         "None" in table.recipe_failures(lines)
 
 
+def test_remember_is_measured_on_a_second_run_sharing_the_workdir(
+        tmp_path):
+    """loom-remember: a first run ("prime", 1 step) of each model leaves its
+    plan in a workdir the measured run shares; the measured run serves it
+    ("previous run"); a measured run that did not is marked and fails."""
+    out, lines = run_compare(tmp_path, "--models", "llama1b",
+                             "--allocators", "expandable,loom-remember")
+    primes = [l for l in lines if l["kind"] == "prime"]
+    assert len(primes) == 1 and primes[0]["plan_source"] == "own"
+    measured = table.latest(lines, "measure")[("llama1b", "loom-remember")]
+    assert measured["plan_source"] == "previous run"
+    assert measured["remembered"] == "confirmed"
+    assert Path(measured["workdir"]) == Path(primes[0]["workdir"])
+    text = (out / "gpu.md").read_text()
+    assert "| llama1b | loom-remember | 4 |" in text
+    assert "| efficiency ≥ 99% (remember, second run) | llama1b | 99.50% " \
+        "| yes |" in text
+    lines.append(dict(measured, plan_source="own", remembered=None))
+    assert "llama1b/loom-remember: loom did not serve a plan (state " \
+        "planned): None" in table.recipe_failures(lines)
+
+
 def test_the_worker_wants_a_plan_file_with_plan_mode_only(tmp_path):
     sys.path.insert(0, str(TRAIN))
     import worker  # pylint: disable=import-outside-toplevel

@@ -34,7 +34,10 @@ loom-plan, loom in plan mode with --plans DIR: each model's plan file
 DIR/<model>.lplan, made beforehand (`loom plan`) from another run's
 recording (tests/gpu/run_gpu.sh pack makes them from
 bench/data/traces/gpu/h200_auto_2026-11-26/); a model without one is a
-failed run that says so. --seed N trains every model from another seed
+failed run that says so. loom-remember is auto mode with remember=True
+measured on a job's second run: a first process of the model ("prime",
+1 step, not in the table) leaves its whole-run plan in a workdir the
+measured process shares. --seed N trains every model from another seed
 (weights and data; moe's routing then differs from the recordings').
 --traces packs loom's recorded traces and the snapshots into
 DIR/traces.tar.xz (for bench/data/traces/gpu, with unpack-traces).
@@ -97,13 +100,14 @@ class Runner:
         return env
 
     def worker(self, kind, model, allocator, *, micro_batch=None, steps,
-               warmup, snapshot=None, extra=(), tags=None):
+               warmup, snapshot=None, extra=(), tags=None, workdir=None):
         """One worker run; returns its result dict (also recorded, with
-        `tags` added)."""
+        `tags` added). `workdir`: loom's, shared by runs (default: the
+        run's own)."""
         self.count += 1
         tag = f"{self.count:03d}-{model}-{allocator}"
         out = self.work / f"{tag}.json"
-        workdir = self.work / f"{tag}.loom"
+        workdir = workdir or self.work / f"{tag}.loom"
         command = [sys.executable, str(self.args.worker), "--model", model,
                    "--allocator", allocator, "--steps", str(steps),
                    "--warmup", str(warmup), "--out", str(out),
@@ -248,8 +252,20 @@ def measure(runner, model, allocators, round_=None):
             extra += ["--profile-steps", str(args.profile_steps),
                       "--profile-trace",
                       str(profiles / f"{model}.{allocator}.json.gz")]
+        workdir = None
+        if allocator == models.REMEMBERED:
+            # The first run of the job, which leaves its plan: not measured.
+            workdir = runner.work / f"{model}.remember.{round_ or 0}.loom"
+            prime = runner.worker("prime", model, allocator, steps=1,
+                                  warmup=0, extra=extra, tags=tags,
+                                  workdir=workdir)
+            if prime.get("returncode") != 0 or runner.left() < 30:
+                if prime.get("returncode") == 0:
+                    runner.skipped("measure", model, allocator)
+                continue
         runner.worker("measure", model, allocator, steps=args.steps,
-                      warmup=args.warmup, extra=extra, tags=tags)
+                      warmup=args.warmup, extra=extra, tags=tags,
+                      workdir=workdir)
 
 
 def search(runner, model, allocators):

@@ -51,13 +51,19 @@ LOOM_VARIANTS = {
 # check in the plan file decides whether it is served (a plan that loses on
 # its recording is declined and the run served unplanned).
 PLANNED = "loom-plan"
-ALL_ALLOCATORS = ALLOCATORS + tuple(LOOM_VARIANTS) + (PLANNED,)
+# loom in auto mode with remember=True, measured on its second run: a first
+# process of the same model ("prime", not measured) records, plans and
+# leaves its whole-run plan in the workdir; the measured process serves it
+# from its first request and confirms it (docs/plugin.md, "Auto mode
+# across runs").
+REMEMBERED = "loom-remember"
+ALL_ALLOCATORS = ALLOCATORS + tuple(LOOM_VARIANTS) + (PLANNED, REMEMBERED)
 
 
 def is_loom(allocator):
-    """True for loom, its layout variants and its plan mode."""
+    """True for loom, its layout variants, plan mode and remember."""
     return (allocator == "loom" or allocator in LOOM_VARIANTS or
-            allocator == PLANNED)
+            allocator in (PLANNED, REMEMBERED))
 
 
 def served_plan(line):
@@ -65,6 +71,10 @@ def served_plan(line):
     ends "planned"; plan mode is "serving" from the start, with its plan
     loaded (lines written before `plan_loaded` was kept: a hit rate)."""
     state = line.get("loom_state")
+    if line.get("allocator") == REMEMBERED and line.get("kind") == "measure" \
+            and line.get("plan_source") is not None and \
+            line.get("plan_source") != "previous run":
+        return False  # the second run did not serve the first run's plan
     if line.get("allocator") == PLANNED:
         loaded = line.get("plan_loaded")
         if loaded is None:

@@ -151,13 +151,15 @@ def training_lines(lines):
 
 def target_rows(lines):
     """(target, model, value, met) for each of the issue's targets that the
-    results allow to check: loom's (auto mode) and, where it ran,
-    loom-plan's (plan mode), its targets marked "(plan mode)"."""
+    results allow to check: loom's (auto mode) and, where they ran,
+    loom-plan's (plan mode) and loom-remember's (auto mode's second run),
+    their targets marked so."""
     measured = latest(lines, "measure")
     rows = []
     for model in sorted({k[0] for k in measured},
                         key=lambda m: rank((m, "torch"))):
-        mine = [(a, measured[(model, a)]) for a in ("loom", models.PLANNED)
+        mine = [(a, measured[(model, a)])
+                for a in ("loom", models.PLANNED, models.REMEMBERED)
                 if (model, a) in measured]
         if not mine:
             rows.append(("loom ran", model, "no result", False))
@@ -168,7 +170,8 @@ def target_rows(lines):
 
 def loom_targets(model, allocator, loom, measured):
     """The targets of one loom run (auto or plan mode) of `model`."""
-    tag = "" if allocator == "loom" else " (plan mode)"
+    tag = {"loom": "", models.PLANNED: " (plan mode)",
+           models.REMEMBERED: " (remember, second run)"}[allocator]
     if loom.get("oom") or loom.get("error"):
         return [(f"loom ran{tag}", model, "no result", False)]
     rows = []
@@ -283,7 +286,7 @@ def recipe_failures(lines):
                            f"{str(line.get('plan_error'))[:500]}")
         elif kind == "skipped":
             out.append(f"{label}: {line.get('what')} not run (time budget)")
-        elif kind in ("fidelity", "largest") and error:
+        elif kind in ("fidelity", "largest", "prime") and error:
             out.append(f"{label}: {kind} failed: {last}")
     return out
 

@@ -14,7 +14,9 @@ boundary on; the warm-up waits for the plan so the measured steps run on
 it); a loom layout variant (models.LOOM_VARIANTS, e.g. loom-chunk1) is loom
 with those options; `loom-plan` is loom in plan mode with the plan file
 `--plan` (made beforehand from another run's recording: no recording and
-no planning in this process). Then `--warmup` steps, then `--steps` timed steps (each
+no planning in this process); `loom-remember` is auto mode with
+remember=True (a second run in the same --workdir serves the first run's
+whole-run plan from its first request). Then `--warmup` steps, then `--steps` timed steps (each
 ends with a host sync: loss.item()), then, with --profile-steps N, N more
 steps under torch.profiler with CUDA activity (profile_steps.py: GPU time
 per kernel name and per step, the GPU's idle time inside each step) and,
@@ -100,10 +102,13 @@ def choose_allocator(args):
     if args.allocator == models.PLANNED:
         loom.enable(mode="plan", plan=args.plan, workdir=args.workdir)
         return loom
+    options = models.loom_options(args.allocator)
+    if args.allocator == models.REMEMBERED:
+        options["remember"] = True
     loom.enable(mode="auto", workdir=args.workdir,
                 record_iterations=args.record_iterations,
                 plan_options={"time_limit": args.plan_time_limit},
-                **models.loom_options(args.allocator))
+                **options)
     return loom
 
 
@@ -229,6 +234,8 @@ def train(args, torch, loom, result):
         result["plan_check"] = status["plan_check"]
         result["trace"] = status["files"].get("trace")
         result["plan_file"] = args.plan
+        result["plan_source"] = status["plan_source"]
+        result["remembered"] = status["remembered"]
     if args.profile_steps:
         profile_run(args, torch, loom, trainer, step, result)
 
