@@ -38,7 +38,7 @@ failed run that says so. loom-remember is auto mode with remember=True
 measured on a job's second run: a first process of the model ("prime",
 1 step, not in the table) leaves its whole-run plan in a workdir the
 measured process shares. --seed N trains every model from another seed
-(weights and data; moe's routing then differs from the recordings').
+(weights and data, other than the recordings').
 --traces packs loom's recorded traces and the snapshots into
 DIR/traces.tar.xz (for bench/data/traces/gpu, with unpack-traces).
 

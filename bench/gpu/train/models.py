@@ -14,8 +14,9 @@ weights with AdamW, as in most training scripts.
                      checkpointing, non-reentrant).
   moe                Mixtral-style MoE (8 experts, top-2 routing, 8 layers,
                      width 1024), HF MixtralForCausalLM: the tokens each
-                     expert gets change every step, so do the sizes of its
-                     tensors.
+                     expert gets change every step (with transformers 5.17
+                     on the H200 its requests kept their sizes: the
+                     recorded iterations' are identical).
   gpt2_interleaved   GPT-2-medium-style model (24 layers, width 1024) split
                      into 2 virtual-pipeline chunks, micro-batches run in
                      the order of Megatron's interleaved 1F1B schedule for

@@ -63,8 +63,7 @@ def parse_args(argv):
     parser.add_argument("--plan-time-limit", type=float, default=20)
     parser.add_argument("--seed", type=int, default=1234,
                         help="the weights' and the data's seed (a plan "
-                        "made from a run of another seed: moe's routing "
-                        "differs)")
+                        "made from a run of another seed)")
     parser.add_argument("--plan", default=None,
                         help="the plan file of --allocator loom-plan")
     parser.add_argument("--profile-steps", type=int, default=0)
