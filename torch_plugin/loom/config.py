@@ -372,3 +372,13 @@ def rank_of(path):
     """The rank in a loom file name (`plan.rank3.lplan` -> 3), or None."""
     match = _RANK_FILE.match(Path(path).name)
     return int(match.group(2)) if match else None
+
+
+_START_PLAN = re.compile(r"^start-plan\.rank(\d+)\.lplan$")
+
+
+def start_plan_rank(path):
+    """The rank of a remembered whole-run plan's file name
+    (`start-plan.rank3.lplan` -> 3), or None."""
+    match = _START_PLAN.match(Path(path).name)
+    return int(match.group(1)) if match else None

@@ -712,7 +712,7 @@ def test_auto_mode_replans_a_new_shape_as_a_plan_variant(loom_env, tmp_path,
 
 
 def test_auto_mode_remembers_a_whole_run_plan_for_the_next_run(
-        loom_env, tmp_path, caplog):
+        loom_env, tmp_path, caplog, capsys):
     """remember=True: a first run records, switches to its plan mid-run and
     leaves, for the next run, a plan of the whole run (start-plan.rank0);
     the next run serves it from its first request (the weights placed by
@@ -764,6 +764,12 @@ def test_auto_mode_remembers_a_whole_run_plan_for_the_next_run(
     assert second["hit_rate"] == 1.0
     assert second_peak < first_peak, (second_peak, first_peak)
     assert fp.read_sidecar(start_plan) == record, "kept: it was confirmed"
+    from loom.tools import cli  # pylint: disable=import-outside-toplevel
+    capsys.readouterr()
+    assert cli.main(["files", str(tmp_path)]) == 0
+    assert "rank 0: start-plan.rank0.lplan (remember=True: served from the " \
+        "next run's start; made from this rank's trace)" in \
+        capsys.readouterr().out
 
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="loom"):

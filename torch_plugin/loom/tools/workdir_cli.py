@@ -1,9 +1,10 @@
 """`loom files [WORKDIR] [--json]`: what a loom work directory holds.
 
 Per rank: its trace (events, requests per steady iteration) and plan, where
-the plan's trace is known from, and which ranks recorded identical request
-sequences (and may therefore share one plan, see loom.fingerprint). Pure
-Python, no torch, no libloom.
+the plan's trace is known from, auto mode's remembered whole-run plan
+(remember=True) and what it was made from, and which ranks recorded
+identical request sequences (and may therefore share one plan, see
+loom.fingerprint). Pure Python, no torch, no libloom.
 """
 
 import argparse
@@ -24,6 +25,14 @@ def describe(workdir):
         raise LoomError(f"{workdir}: not a directory")
     ranks = {}
     for path in sorted(workdir.iterdir()):
+        rank = config_lib.start_plan_rank(path)
+        if rank is not None:  # remember=True: the next run's plan
+            entry = ranks.setdefault(rank, {"rank": rank})
+            record = fp.read_sidecar(path)
+            entry["start_plan"] = path.name
+            entry["start_plan_fingerprint"] = \
+                record["fingerprint"] if record else None
+            continue
         rank = config_lib.rank_of(path)
         if rank is None:
             continue
@@ -71,6 +80,7 @@ def run_files(argv):
     if args.json:
         for entry in ranks.values():
             entry.pop("fingerprint", None)
+            entry.pop("start_plan_fingerprint", None)
         print(json.dumps({"ranks": [ranks[r] for r in sorted(ranks)],
                           "identical_requests": groups}, indent=1))
         return 0
@@ -87,6 +97,21 @@ def run_files(argv):
         known = e.get("plan_trace_known_from") or e.get("plan_problem") or ""
         print(f"{rank:>4}  {e.get('trace', '-'):<18} {events:>9} {steady:>7}"
               f"  {e.get('plan', '-'):<18} {known}")
+    for rank in sorted(ranks):
+        e = ranks[rank]
+        if "start_plan" not in e:
+            continue
+        theirs, mine = e["start_plan_fingerprint"], e.get("fingerprint")
+        if theirs is None:
+            what = "no fingerprint record: not served"
+        elif mine is None:
+            what = "made from a trace no longer here"
+        elif fp.compare(mine, theirs) is None:
+            what = "made from this rank's trace"
+        else:
+            what = "made from another recording than this rank's trace"
+        print(f"rank {rank}: {e['start_plan']} (remember=True: served from "
+              f"the next run's start; {what})")
     if groups:
         print("identical requests (may share a plan): " +
               "; ".join("ranks " + ",".join(map(str, g)) for g in groups))
