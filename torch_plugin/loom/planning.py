@@ -143,9 +143,9 @@ def previous_start_plan(config, rank, native):
     try:
         check_plan_file(plan)
         check = native.plan_file_check(plan)
+        record = fp.read_sidecar(plan)
     except (LoomError, NativeError) as error:
         return None, f"{plan.name} is unusable ({error})"
-    record = fp.read_sidecar(plan)
     if record is None:
         return None, (f"{plan.name} has no "
                       f"{config_lib.sidecar_path(plan).name}")

@@ -779,6 +779,16 @@ def test_auto_mode_remembers_a_whole_run_plan_for_the_next_run(
     assert fp.read_sidecar(start_plan)["fingerprint"] == fp.read_sidecar(
         tmp_path / "trace.rank0.ltb")["fingerprint"] != record["fingerprint"]
 
+    # A damaged record beside the plan: not served, the run records.
+    config_lib.sidecar_path(start_plan).write_text("{not json")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="loom"):
+        at_start, fourth, _, _ = auto_run()
+    assert at_start["state"] == "recording" and at_start["remembered"] is None
+    assert "start-plan.rank0.lplan is unusable" in caplog.text
+    assert fourth["state"] == "planned"
+    assert fp.read_sidecar(start_plan)["fingerprint"], "made again"
+
 
 def test_remember_is_for_auto_mode_and_skips_an_unusable_plan(
         loom_env, tmp_path, caplog):
