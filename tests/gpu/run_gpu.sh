@@ -104,7 +104,9 @@ STEPTIME_OPTIONS=(--models gpt2_interleaved,llama1b
                   --steps 8 --warmup 3 --profile-steps 2 --budget 330
                   --run-timeout 120)
 # `ab`'s options, before the caller's.
+# (--plans: for a caller's `--allocators ...,loom-plan`.)
 AB_OPTIONS=(--models moe,gpt2_interleaved --allocators torch,expandable,loom
+            --plans "$PACK/plans"
             --rounds 3 --steps 30 --warmup 5 --budget 490 --run-timeout 90)
 
 pack() {
