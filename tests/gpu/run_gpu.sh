@@ -360,19 +360,16 @@ record() {
   if [[ ${#results[@]} -gt 0 ]]; then
     # The new report on top; the previous one (its hand-written reading
     # included) kept below it, under a rule.
-    local report=bench/results/gpu.md new
-    new=$(mktemp) || return 1
+    local report=bench/results/gpu.md
     python3 bench/gpu/train/compare.py table "${results[@]}" "${costs[@]}" \
       --command "tests/gpu/run_gpu.sh run/train \$OUT; record" \
-      > "$new" || { rm -f "$new"; return 1; }
+      > "$report.new" || { rm -f "$report.new"; return 1; }
     if [[ -s "$report" ]]; then
-      { cat "$new"; echo; echo "---"; echo
+      { echo; echo "---"; echo
         sed '1s/^# loom on a GPU: memory, speed and driver costs$/# Earlier/' "$report"
-      } > "$report.new" && mv "$report.new" "$report" || { rm -f "$new"; return 1; }
-      rm -f "$new"
-    else
-      mv "$new" "$report" || return 1
+      } >> "$report.new" || { rm -f "$report.new"; return 1; }
     fi
+    mv "$report.new" "$report" || return 1
     echo "recorded $report (the previous report kept below it)"
   fi
 }

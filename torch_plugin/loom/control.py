@@ -63,17 +63,16 @@ def _start(config, native_path=None):
         native = _native.load(native_path)
         plan_check, declined = _recorded_check(config, native, plan_file,
                                                device)
-        previous = None  # auto mode, remember: (plan, sidecar record)
+        remembered = None  # auto mode, remember=True: an earlier run's plan
         if config.mode == "auto" and config.remember:
-            plan, record = planning.previous_start_plan(config, ranks.rank,
-                                                        native)
-            if plan is None:
+            remembered, why = planning.previous_start_plan(
+                config, ranks.rank, native)
+            if remembered is None:
                 log.info("loom: nothing remembered to serve from the start "
-                         "(%s): recording", record)
+                         "(%s): recording", why)
             else:
-                previous = (plan, record)
-                plan_file, plan_source = plan, "previous run"
-                plan_check = native.plan_file_check(plan)
+                plan_file, plan_source = remembered.plan, "previous run"
+                plan_check = remembered.check
         _configure(native, config, device, None if declined else plan_file)
         session = Session(config, native, ranks, device, plan_file,
                           plan_source)
@@ -85,7 +84,7 @@ def _start(config, native_path=None):
                 native.init_device(device)  # builds the allocator: loads the plan
             except NativeError as error:
                 _shutdown_quietly(native)
-                if previous is None:
+                if remembered is None:
                     raise LoomError(f"cannot install plan {plan_file} on "
                                     f"device {device}: {error.message}"
                                     ) from None
@@ -95,9 +94,9 @@ def _start(config, native_path=None):
                             device, error.message)
                 _configure(native, config, device, None)
                 session = Session(config, native, ranks, device)
-                previous = None
-        if previous is not None:
-            session.serve_previous_plan(previous[1])
+                remembered = None
+        if remembered is not None:
+            session.serve_previous_plan(remembered.record)
         _state.set_current(session)
         if config.atexit and not _atexit_registered:
             atexit.register(_at_exit)

@@ -16,6 +16,7 @@ Every failure is a `LoomError` (`PlanningError` for planner failures) whose
 message names the file and the reason.
 """
 
+import collections
 import time
 from pathlib import Path
 
@@ -130,13 +131,17 @@ def resolve_plan(config, ranks):
                     f"other rank's plan fits: " + "; ".join(reasons))
 
 
+# A remembered whole-run plan: its path, its sidecar record (the
+# fingerprint of the recording it was made from) and the check in the file.
+Remembered = collections.namedtuple("Remembered", "plan record check")
+
+
 def previous_start_plan(config, rank, native):
     """Auto mode with remember=True: the whole-run plan an earlier run in
     this workdir made for this rank, if it may be served from the start:
-    (path, its sidecar record), or (None, why not). It needs its sidecar
-    (the fingerprint of the recording it was made from, to confirm it
-    later) and, with check_plan on, a check that does not say it loses on
-    that recording."""
+    (Remembered, None), or (None, why not). It needs its sidecar (to
+    confirm it later) and, with check_plan on, a check that does not say it
+    loses on that recording."""
     plan = config_lib.start_plan_path(config.workdir, rank)
     if not plan.exists():
         return None, f"no {plan.name} in {config.workdir} yet"
@@ -153,7 +158,7 @@ def previous_start_plan(config, rank, native):
             config.check_plan:
         return None, (f"{plan.name} does not earn its place on the run it "
                       f"was made from")
-    return plan, record
+    return Remembered(plan, record, check), None
 
 
 def plan_trace(trace, plan, fingerprint, planner=None, options=None,

@@ -117,7 +117,6 @@ class Session:
         # recording said of it (status()["remembered"]).
         self._previous = None
         self.remembered = None
-        self._verifying = False    # the verification has started
         self._verdict = None       # the verification's result, once ready
 
     # ------------------------------------------------------------ markers
@@ -241,8 +240,9 @@ class Session:
     def _verify_previous_plan(self):
         """At a boundary: once the recorded iterations are in, writes the
         trace and compares it (in the background) with the recording the
-        remembered plan was made from; then says what it found."""
-        if not self._verifying:
+        remembered plan was made from; then says what it found. (No other
+        planner thread runs in such a session: it never records to plan.)"""
+        if self._planner is None:
             if self.completed < self.config.record_iterations and \
                     not self._buffer_nearly_full():
                 return
@@ -255,7 +255,6 @@ class Session:
                 self._stop_recording()
                 log.warning("loom: %s", self.remembered)
                 return
-            self._verifying = True
             if self.config.plan_async:
                 self._planner = threading.Thread(
                     target=self._verify_job, args=(trace,), daemon=True,
@@ -363,22 +362,21 @@ class Session:
     def _plan_job(self, trace):
         """Fingerprints, then reuses or makes a plan. Runs on the planner
         thread; its only effect on the session is _plan_result."""
+        fingerprint = None
         try:
-            result = self._find_or_make_plan(trace)
+            fingerprint = self._fingerprint(trace)
+            result = self._find_or_make_plan(trace, fingerprint)
         except LoomError as error:
             result = error
         except Exception as error:  # never let the planner thread die loudly
             result = LoomError(f"{type(error).__name__}: {error}")
         with self.lock:
             self._plan_result = result
-        if self.config.remember:
+        if self.config.remember and fingerprint is not None:
             # This run's plan was made for a switch mid-run; the next run
             # can be served from its start.
             try:
-                record = fp.read_sidecar(trace)
-                if record is None:
-                    raise LoomError(f"{trace} has no fingerprint record")
-                self._make_start_plan(trace, record["fingerprint"])
+                self._make_start_plan(trace, fingerprint)
             except Exception as error:  # pylint: disable=broad-except
                 log.warning("loom: no plan for the next run: %s", error)
 
@@ -393,8 +391,7 @@ class Session:
             options.setdefault("persistent", False)
         return options
 
-    def _find_or_make_plan(self, trace):
-        fingerprint = self._fingerprint(trace)
+    def _find_or_make_plan(self, trace, fingerprint):
         config, rank = self.config, self.ranks.rank
         source = config.reuse_plan_from
         if source is not None and source != rank:

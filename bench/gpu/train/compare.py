@@ -259,9 +259,10 @@ def measure(runner, model, allocators, round_=None):
             prime = runner.worker("prime", model, allocator, steps=1,
                                   warmup=0, extra=extra, tags=tags,
                                   workdir=workdir)
-            if prime.get("returncode") != 0 or runner.left() < 30:
-                if prime.get("returncode") == 0:
-                    runner.skipped("measure", model, allocator)
+            if prime.get("returncode") != 0:
+                continue  # a failure recipe_failures reports (kind prime)
+            if runner.left() < 30:
+                runner.skipped("measure", model, allocator)
                 continue
         runner.worker("measure", model, allocator, steps=args.steps,
                       warmup=args.warmup, extra=extra, tags=tags,

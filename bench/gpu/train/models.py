@@ -72,10 +72,9 @@ def served_plan(line):
     ends "planned"; plan mode is "serving" from the start, with its plan
     loaded (lines written before `plan_loaded` was kept: a hit rate)."""
     state = line.get("loom_state")
-    if line.get("allocator") == REMEMBERED and line.get("kind") == "measure" \
-            and line.get("plan_source") is not None and \
-            line.get("plan_source") != "previous run":
-        return False  # the second run did not serve the first run's plan
+    if line.get("allocator") == REMEMBERED and line.get("kind") == "measure":
+        # The second run: served the first run's plan.
+        return state == "planned" and line.get("plan_source") == "previous run"
     if line.get("allocator") == PLANNED:
         loaded = line.get("plan_loaded")
         if loaded is None:
