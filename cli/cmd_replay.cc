@@ -46,8 +46,9 @@ int RunReplay(const Args& args) {
       "a pattern of its own and verifies it at its free. --auto K replays "
       "auto mode: the first K iterations served without a plan and "
       "planned, the plan installed at a later boundary (--switch-at) with "
-      "everything allocated before still live, then --repeat more copies of "
-      "the last recorded iteration; peaks per phase. --replan re-plans, as "
+      "everything allocated before still live, the trace's later "
+      "iterations, then copies of its last one up to --repeat iterations "
+      "after the switch; peaks per phase. --replan re-plans, as "
       "auto mode does at run time and `loom compare` does, each shape of "
       "iteration the plan does not fit (a variant per shape).");
   flags.AddPositional("input", &input, "the workload");
@@ -79,8 +80,8 @@ int RunReplay(const Args& args) {
                "with --auto: install the plan before iteration M begins "
                "(M >= K; default K + 1, as with planning in the background)");
   flags.AddInt("repeat", &repeat,
-               "with --auto: iterations served after the switch (copies of "
-               "the last recorded one; default 5)");
+               "with --auto: iterations served after the switch (the "
+               "trace's own, then copies of its last one; default 5)");
   flags.AddString("backend", &backend, "fake (default) or host (real memory)");
   flags.AddBool("check-data", &check_data,
                 "stamp and verify data (host backend)");

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "base/text.h"
 #include "plan/make_plan.h"
 #include "whatif/loom/self_plan.h"
@@ -23,18 +25,24 @@ StatusOr<AutoReplayResult> ReplayAutoMode(const plan::Trace& trace,
   }
   AutoReplayResult out;
   out.switch_at = switch_at;
-  // The run: the K recorded iterations, then copies of the last one up to
-  // the switch and for planned_iterations after it.
+  // What auto mode plans: the trace written at the end of iteration K - 1.
+  LOOM_ASSIGN_OR_RETURN(RepeatedTrace first_k,
+                        RepeatSteadyIteration(trace, RepeatOptions{k, 0}));
+  plan::Trace recorded = std::move(first_k.trace);
+  // The run: every complete iteration of the trace (the run's own, even
+  // past the K planned: an early iteration that makes persistent state, as
+  // an optimizer's first step does, must not be repeated), then copies of
+  // the last one up to the switch and for planned_iterations after it.
+  int64_t complete = k;
+  while (RepeatSteadyIteration(trace, RepeatOptions{complete + 1, 0}).ok())
+    ++complete;
   LOOM_ASSIGN_OR_RETURN(
       RepeatedTrace run,
       RepeatSteadyIteration(
-          trace, RepeatOptions{k, switch_at - k + options.planned_iterations}));
-  // What auto mode plans: the trace written at the end of iteration K - 1.
-  plan::Trace recorded;
-  recorded.header = run.trace.header;
-  recorded.names = run.trace.names;
-  recorded.events.assign(run.trace.events.begin(),
-                         run.trace.events.begin() + run.kept_events);
+          trace,
+          RepeatOptions{complete,
+                        std::max<int64_t>(0, switch_at - complete +
+                                                 options.planned_iterations)}));
   SelfPlanOptions plan_options;
   plan_options.time_limit_seconds = options.time_limit_seconds;
   plan_options.granularity = options.granularity;

@@ -9,9 +9,11 @@
 // boundary before iteration `switch_at` begins (LoadPlan after the
 // iteration's end, then the recording stops: session.py's order), with
 // every allocation made before still live; a re-planner watches from then
-// on, as libloom's does. The trace is extended past its recorded part with
-// copies of its last recorded iteration (whatif/workloads/repeat.h), so the
-// run goes on for `planned_iterations` iterations after the switch.
+// on, as libloom's does. The run is every complete iteration of the trace
+// (the run's own, also past the K planned: an early iteration that makes
+// lasting state, as an optimizer's first step does, is never repeated),
+// extended with copies of its last one (whatif/workloads/repeat.h) up to
+// `planned_iterations` iterations after the switch.
 //
 // Before the switch the plan is checked on the recorded iterations as auto
 // mode checks it (whatif/loom/plan_check.h, mid-run): a plan that does not

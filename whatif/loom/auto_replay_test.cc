@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "plan/trace/trace.h"
 #include "whatif/workloads/load.h"
 
 namespace loom::whatif {
@@ -70,6 +71,40 @@ TEST(AutoReplayTest, RefusesWhatTheTraceCannotGive) {
   options.switch_at = -1;
   EXPECT_EQ(ReplayAutoMode(w->trace, options).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// An optimizer's first step makes its state once, in iteration 0; planning
+// from that iteration alone (K = 1) must not make the replayed run repeat
+// it: the run is the trace's own iterations, then copies of its last one.
+TEST(AutoReplayTest, AFirstIterationsPersistentStateIsMadeOnce) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  plan::Trace trace;
+  trace.header.granularity = 2 * kMiB;
+  uint64_t id = 1;
+  trace.events.push_back(plan::Event::Alloc(id++, 64 * kMiB));  // weights
+  for (uint64_t it = 0; it < 3; ++it) {
+    trace.events.push_back(plan::Event::IterationBegin(it));
+    const uint64_t a = id++, b = id++;
+    trace.events.push_back(plan::Event::Alloc(a, 32 * kMiB));
+    trace.events.push_back(plan::Event::Alloc(b, 16 * kMiB));
+    trace.events.push_back(plan::Event::Free(b));
+    trace.events.push_back(plan::Event::Free(a));
+    if (it == 0) {  // the optimizer's state, made by its first step
+      trace.events.push_back(plan::Event::Alloc(id++, 128 * kMiB));
+    }
+    trace.events.push_back(plan::Event::IterationEnd(it));
+  }
+  AutoReplayOptions options;
+  options.record_iterations = 1;
+  options.planned_iterations = 4;
+  options.time_limit_seconds = 1;
+  options.check_invariants = true;
+  StatusOr<AutoReplayResult> r = ReplayAutoMode(trace, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Weights, state and the iteration's 48 MiB: the trace's own peak.
+  EXPECT_EQ(r->replay.peak_allocated, (64 + 128 + 48) * kMiB);
+  // The copies are of iteration 2, which makes nothing that lasts.
+  EXPECT_EQ(r->extension.lasting_allocs, 0u);
 }
 
 // The H200 run of 2026-11-26 in auto mode (bench/gpu/train/worker.py:
