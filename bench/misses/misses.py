@@ -7,8 +7,8 @@ run-time allocator (fake driver), with loom's plan made from a *different*
 trace than the one measured: a perturbed copy of a snapshot or of a trace
 recorded on the H200 (the plan comes from the unperturbed one), another
 seed of a built-in workload, the first iterations of a recorded
-multi-iteration trace, or a CPU-recorded model at another micro-batch
-(planned from the default micro-batch's trace). The same row is replayed
+multi-iteration trace, or a CPU-recorded model at another micro-batch or
+sequence length (planned from the default one's trace). The same row is replayed
 once more on the host backend with `--check-data` (real memory, every
 allocation stamped and verified at its free).
 
@@ -87,6 +87,14 @@ def full_suite(snapshot_traces):
         if default.exists():
             rows.append((f"recorded {trace.stem} at micro-batch 1 planned "
                          "from micro-batch 2", str(trace),
+                         ["--plan-from", str(default)]))
+    # The same models at another sequence length (regenerate.sh --seq 512),
+    # served with the plan of the default length's trace (1024 tokens).
+    for trace in sorted((RECORDED / "seq512").glob("*.ltb")):
+        default = RECORDED / trace.name
+        if default.exists():
+            rows.append((f"recorded {trace.stem} at sequence length 512 "
+                         "planned from 1024", str(trace),
                          ["--plan-from", str(default)]))
     # The H200's traces, perturbed as the snapshots are; the plan comes from
     # the unperturbed trace.

@@ -121,6 +121,26 @@ def test_grouped_mm_in_float32_as_cuda_takes_it():
     assert _allocs(rec) == [64 * 48 * 4]
 
 
+def test_no_cuda_workspaces_makes_a_fake_recording_the_real_one(tmp_path):
+    """`loom record-cpu --no-cuda-workspaces`: the FakeTensor trace is the
+    --real one, request for request (how a corpus recorded with --real is
+    extended without the arithmetic: bench/data/recorded/regenerate.sh)."""
+    traces = {}
+    for extra in (["--real"], ["--no-cuda-workspaces"], []):
+        out = tmp_path / f"step{len(traces)}.ltb"
+        assert record_cpu_cli.main(["--model", "llama", "--dtype", "bf16",
+                                    "--steps", "2", *extra, "-o",
+                                    str(out)]) == 0
+        traces[" ".join(extra)] = [
+            (e.kind, e.size, e.name)
+            for e in loom_trace.read_trace(str(out)).events]
+    assert traces["--no-cuda-workspaces"] == traces["--real"]
+    assert len(traces[""]) == len(traces["--real"]) + 2  # the workspaces
+    args = record_cpu_cli.parser().parse_args(
+        ["--model", "llama", "--no-cuda-workspaces", "-o", "x.ltb"])
+    assert record_cpu_cli.spec_from_args(args).cuda_workspaces is False
+
+
 def test_a_data_dependent_step_says_to_record_with_real(tmp_path, capsys):
     status = record_cpu_cli.main(["--model", "mixtral", "--experts",
                                   "eager", "--steps", "1", "-o",

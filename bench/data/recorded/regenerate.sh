@@ -14,6 +14,16 @@
 #                 the same steps at micro-batch N instead of 2, into
 #                 batchN/ (same file names): the runs the plan-miss suite
 #                 (bench/misses) serves with the plan of the batch-2 trace
+#   bench/data/recorded/regenerate.sh --seq N [NAME...]
+#                 the same steps at N tokens per sequence instead of 1024,
+#                 into seqN/ (with --batch too: batchB_seqN/), for the same
+#                 suite
+#   --fake        (with any of the above) the dense models (llama_*) on
+#                 FakeTensors with --no-cuda-workspaces: the trace --real
+#                 gives, request for request (all six checked at seq 1024,
+#                 2026-11-27; torch_plugin/tests/test_fake_record.py), in
+#                 seconds instead of minutes; the MoE ones route with real
+#                 data (--real), even without --experts eager
 #
 # The recordings are deterministic: the same torch and transformers
 # versions give the same files, byte for byte (the provenance names the
@@ -31,6 +41,8 @@ cd "$ROOT"
 OUT=bench/data/recorded
 DEVICE=cpu
 BATCH=
+SEQ=
+FAKE=
 
 # name | arguments of ./loom record-cpu
 TRACES=(
@@ -53,13 +65,24 @@ while [[ $# -gt 0 ]]; do
     --device) DEVICE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --batch) BATCH="$2"; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --seq) SEQ="$2"; shift 2 ;;
+    --fake) FAKE=1; shift ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) names+=("$1"); shift ;;
   esac
 done
 if [[ -n "$BATCH" ]]; then
   [[ "$BATCH" =~ ^[1-9][0-9]*$ ]] || { echo "--batch: a positive integer, not '$BATCH'" >&2; exit 2; }
+fi
+if [[ -n "$SEQ" ]]; then
+  [[ "$SEQ" =~ ^[1-9][0-9]*$ ]] || { echo "--seq: a positive integer, not '$SEQ'" >&2; exit 2; }
+fi
+if [[ -n "$BATCH" && -n "$SEQ" ]]; then
+  OUT="$OUT/batch${BATCH}_seq$SEQ"
+elif [[ -n "$BATCH" ]]; then
   OUT="$OUT/batch$BATCH"
+elif [[ -n "$SEQ" ]]; then
+  OUT="$OUT/seq$SEQ"
 fi
 mkdir -p "$OUT"
 
@@ -70,6 +93,10 @@ for entry in "${TRACES[@]}"; do
     continue
   fi
   if [[ -n "$BATCH" ]]; then args="${args/--batch 2 /--batch $BATCH }"; fi
+  if [[ -n "$SEQ" ]]; then args="${args/--seq 1024 /--seq $SEQ }"; fi
+  if [[ -n "$FAKE" && "$args" == "--model llama "* ]]; then
+    args="${args/ --real/ --no-cuda-workspaces}"
+  fi
   extra=()
   if [[ "$DEVICE" != cpu ]]; then extra=(--device "$DEVICE"); fi
   # shellcheck disable=SC2086

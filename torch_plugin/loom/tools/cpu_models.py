@@ -107,6 +107,8 @@ class StepSpec:
     tiny: bool = True
     seed: int = 0
     real: bool = False       # real arithmetic (False: FakeTensors)
+    # cuBLAS's workspaces recorded (None: on FakeTensors, not with real)
+    cuda_workspaces: bool = None
 
 
 class ModelError(LoomError):

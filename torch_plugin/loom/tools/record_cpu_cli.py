@@ -103,7 +103,7 @@ def parser():
 STEP_OPTIONS = ("model", "set", "steps", "batch", "seq", "recompute",
                 "schedule", "stages", "rank", "microbatches", "dtype", "attn",
                 "experts", "dynamic", "full_size", "seed", "real",
-                *parallel_shapes.OPTIONS)
+                "no_cuda_workspaces", *parallel_shapes.OPTIONS)
 
 
 def add_step_arguments(p, model_required=True, full_size=False):
@@ -166,6 +166,11 @@ def add_step_arguments(p, model_required=True, full_size=False):
                    help="run the real arithmetic on the CPU (default: "
                    "FakeTensors, shapes only, no data; --real for models "
                    "whose sizes depend on the data)")
+    p.add_argument("--no-cuda-workspaces", action="store_true",
+                   help="leave out the cuBLAS workspaces a CUDA run "
+                   "allocates (recorded by default on FakeTensors, never "
+                   "with --real): a FakeTensor trace then equals a --real "
+                   "one, request for request")
     parallel_shapes.add_arguments(p, positive_int)
     del model_required  # --model or --config: parallel_shapes checks
 
@@ -200,7 +205,8 @@ def spec_from_args(args):
         schedule=schedule, chunks=chunks, stages=stages, rank=args.rank,
         microbatches=microbatches, dtype=args.dtype, attn=args.attn,
         experts=args.experts, tiny=not args.full_size, seed=args.seed,
-        real=args.real)
+        real=args.real,
+        cuda_workspaces=False if args.no_cuda_workspaces else None)
 
 
 def rank_spec_from_args(args):
@@ -321,6 +327,7 @@ def record_steps(spec, steps, dynamic=(), argv=(),
     trainer = _trainer(spec)
     recorder = record_cpu.Recorder(
         None, tensors=trainer.tracked, real=spec.real,
+        cuda_workspaces=spec.cuda_workspaces,
         provenance=provenance(list(argv), spec, trainer.config, command))
     recorder.start()
     try:
