@@ -52,6 +52,37 @@ def test_the_corpus_has_what_the_issue_asks_for():
     assert "Apache-2.0" in readme and "transformers 5.18.0" in readme
 
 
+def _fake(args):
+    """regenerate.sh --fake: the dense models on FakeTensors."""
+    if args.startswith("--model llama "):
+        return args.replace(" --real", " --no-cuda-workspaces")
+    return args
+
+
+# The corpus again at another micro-batch or sequence length, for the
+# plan-miss suite: folder -> regenerate.sh's rewrite of an entry's arguments.
+VARIANTS = {
+    "batch1": lambda args: args.replace("--batch 2 ", "--batch 1 "),
+    "seq512": lambda args: _fake(args.replace("--seq 1024 ", "--seq 512 ")),
+}
+
+
+@pytest.mark.parametrize("folder", sorted(VARIANTS))
+def test_each_variant_trace_says_how_regenerate_made_it(folder):
+    args = dict(ENTRIES)
+    readme = (FOLDER / "README.md").read_text()
+    traces = sorted((FOLDER / folder).glob("*.ltb"))
+    assert traces
+    for path in traces:
+        assert path.name in args, f"{folder}/{path.name}: not in TRACES"
+        trace = loom_trace.read_trace(path)  # libloom's checker runs
+        command = (f"./loom record-cpu {VARIANTS[folder](args[path.name])} "
+                   f"-o bench/data/recorded/{folder}/{path.name}")
+        assert trace.provenance.split(" | ")[0] == command
+        assert record_cpu.summarize(trace.events)["iterations"] >= 4
+        assert f"`{folder}/{path.name}`" in readme
+
+
 @pytest.mark.parametrize("name,args", ENTRIES, ids=[n for n, _ in ENTRIES])
 def test_each_trace_is_valid_and_says_how_it_was_made(name, args):
     trace = loom_trace.read_trace(FOLDER / name)  # libloom's checker runs
