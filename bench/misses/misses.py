@@ -79,23 +79,18 @@ def full_suite(snapshot_traces):
     for trace in sorted(RECORDED.glob("*.ltb")):
         rows.append((f"recorded {trace.stem} planned from iterations 0-2",
                      str(trace), ["--plan-from", "first:3"]))
-    # The same models at another micro-batch (regenerate.sh --batch 1),
-    # served with the plan of the default micro-batch's trace: a user who
-    # changed the batch and kept the plan.
-    for trace in sorted((RECORDED / "batch1").glob("*.ltb")):
-        default = RECORDED / trace.name
-        if default.exists():
-            rows.append((f"recorded {trace.stem} at micro-batch 1 planned "
-                         "from micro-batch 2", str(trace),
-                         ["--plan-from", str(default)]))
-    # The same models at another sequence length (regenerate.sh --seq 512),
-    # served with the plan of the default length's trace (1024 tokens).
-    for trace in sorted((RECORDED / "seq512").glob("*.ltb")):
-        default = RECORDED / trace.name
-        if default.exists():
-            rows.append((f"recorded {trace.stem} at sequence length 512 "
-                         "planned from 1024", str(trace),
-                         ["--plan-from", str(default)]))
+    # The same models at another micro-batch (regenerate.sh --batch 1) or
+    # sequence length (--seq 512), served with the plan of the default
+    # one's trace: a user who changed the shape and kept the plan.
+    for folder, changed in (("batch1", "at micro-batch 1 planned from "
+                             "micro-batch 2"),
+                            ("seq512", "at sequence length 512 planned from "
+                             "1024")):
+        for trace in sorted((RECORDED / folder).glob("*.ltb")):
+            default = RECORDED / trace.name
+            if default.exists():
+                rows.append((f"recorded {trace.stem} {changed}", str(trace),
+                             ["--plan-from", str(default)]))
     # The H200's traces, perturbed as the snapshots are; the plan comes from
     # the unperturbed trace.
     for model in GPU_MODELS:

@@ -33,9 +33,7 @@ StatusOr<AutoReplayResult> ReplayAutoMode(const plan::Trace& trace,
   // past the K planned: an early iteration that makes persistent state, as
   // an optimizer's first step does, must not be repeated), then copies of
   // the last one up to the switch and for planned_iterations after it.
-  int64_t complete = k;
-  while (RepeatSteadyIteration(trace, RepeatOptions{complete + 1, 0}).ok())
-    ++complete;
+  const int64_t complete = CompleteIterations(trace, k);
   LOOM_ASSIGN_OR_RETURN(
       RepeatedTrace run,
       RepeatSteadyIteration(

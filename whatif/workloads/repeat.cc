@@ -8,6 +8,44 @@
 
 namespace loom::whatif {
 
+namespace {
+
+// Where iteration `number` lies: its begin marker (start) and the next
+// iteration's (cut; the trace's end when there is none). False when it has
+// no begin marker or is not complete (neither the next begin nor its own
+// end marker follows).
+bool FindIteration(const plan::Trace& trace, uint64_t number, size_t* start,
+                   size_t* cut) {
+  const size_t n = trace.events.size();
+  *start = n;
+  *cut = n;
+  bool ended = false;
+  for (size_t t = 0; t < n; ++t) {
+    const plan::Event& e = trace.events[t];
+    if (e.kind == plan::EventKind::kIterationBegin) {
+      if (e.id == number && *start == n) *start = t;
+      if (e.id == number + 1 && *start != n) {
+        *cut = t;
+        return true;
+      }
+    } else if (e.kind == plan::EventKind::kIterationEnd && e.id == number &&
+               *start != n) {
+      ended = true;
+    }
+  }
+  return *start != n && ended;
+}
+
+}  // namespace
+
+int64_t CompleteIterations(const plan::Trace& trace, int64_t from) {
+  size_t start, cut;
+  int64_t complete = from;
+  while (FindIteration(trace, static_cast<uint64_t>(complete), &start, &cut))
+    ++complete;
+  return complete;
+}
+
 StatusOr<RepeatedTrace> RepeatSteadyIteration(const plan::Trace& trace,
                                               const RepeatOptions& options) {
   if (options.keep < 1 || options.copies < 0) {
@@ -16,29 +54,14 @@ StatusOr<RepeatedTrace> RepeatSteadyIteration(const plan::Trace& trace,
         options.keep, options.copies);
   }
   const uint64_t copied = static_cast<uint64_t>(options.keep - 1);
-  const size_t n = trace.events.size();
-  size_t start = n, cut = n;
-  bool ended = false;
-  for (size_t t = 0; t < n; ++t) {
-    const plan::Event& e = trace.events[t];
-    if (e.kind == plan::EventKind::kIterationBegin) {
-      if (e.id == copied && start == n) start = t;
-      if (e.id == copied + 1 && start != n) {
-        cut = t;
-        break;
-      }
-    } else if (e.kind == plan::EventKind::kIterationEnd && e.id == copied &&
-               start != n) {
-      ended = true;
+  size_t start, cut;
+  if (!FindIteration(trace, copied, &start, &cut)) {
+    if (start == trace.events.size()) {
+      return InvalidArgumentError(
+          "repeating a trace: no begin marker of iteration {} (keep {} "
+          "iterations: iteration {} is copied)",
+          copied, options.keep, copied);
     }
-  }
-  if (start == n) {
-    return InvalidArgumentError(
-        "repeating a trace: no begin marker of iteration {} (keep {} "
-        "iterations: iteration {} is copied)",
-        copied, options.keep, copied);
-  }
-  if (cut == n && !ended) {
     return InvalidArgumentError(
         "repeating a trace: iteration {} is not complete in it", copied);
   }

@@ -50,6 +50,12 @@ struct RepeatedTrace {
   uint64_t lasting_allocs = 0;  // per copy: requests never freed
 };
 
+// How many iterations a run of `trace` keeps at most, counting up from
+// `from` (>= 0) iterations known to be there: the largest keep >= from
+// such that iterations from .. keep - 1 all have a begin marker and are
+// complete (what RepeatSteadyIteration accepts).
+int64_t CompleteIterations(const plan::Trace& trace, int64_t from);
+
 // INVALID_ARGUMENT when the trace has no begin marker of iteration
 // keep - 1, or iteration keep - 1 is not complete in it.
 StatusOr<RepeatedTrace> RepeatSteadyIteration(const plan::Trace& trace,

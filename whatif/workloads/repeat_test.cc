@@ -101,6 +101,18 @@ TEST(RepeatTest, Errors) {
   EXPECT_FALSE(RepeatSteadyIteration(open, RepeatOptions{3, 1}).ok());
 }
 
+TEST(RepeatTest, CountsTheCompleteIterations) {
+  const plan::Trace trace = Training();
+  EXPECT_EQ(CompleteIterations(trace, 0), 3);
+  EXPECT_EQ(CompleteIterations(trace, 2), 3);
+  for (int64_t keep = 1; keep <= 3; ++keep)
+    EXPECT_TRUE(RepeatSteadyIteration(trace, RepeatOptions{keep, 0}).ok());
+  plan::Trace open = trace;  // iteration 2 without its end marker
+  open.events.pop_back();
+  EXPECT_EQ(CompleteIterations(open, 0), 2);
+  EXPECT_FALSE(RepeatSteadyIteration(open, RepeatOptions{3, 0}).ok());
+}
+
 TEST(RepeatTest, ABuiltinWorkloadRepeatsIntoAValidTrace) {
   StatusOr<Workload> w = LoadWorkload("builtin:dense");
   ASSERT_TRUE(w.ok()) << w.status().ToString();
