@@ -1,5 +1,7 @@
 #include "autoplan/replanner.h"
 
+#include <unordered_set>
+
 #include "vmm/plan_loader.h"
 
 namespace loom::autoplan {
@@ -42,13 +44,23 @@ StatusOr<vmm::RuntimePlan> Replanner::PlanIteration(
   // the requests that outlive it are freed). An iteration runs from one
   // begin marker to the next: what comes after its end marker (evaluation
   // steps) is part of it, so end markers are left out.
+  // A request still live at the recording's end was made by the planned
+  // iteration and lived through the next one too: state made once (the
+  // optimizer state of a run's first step), not a request the iterations
+  // to come will make again. It stays where it is; planning it would
+  // reserve its bytes in every iteration of the variant.
+  std::unordered_set<uint64_t> freed;
+  for (const plan::Event& e : trace.events) {
+    if (e.kind == plan::EventKind::kFree) freed.insert(e.id);
+  }
   plan::Trace iterations;
   iterations.header = trace.header;
   iterations.names = trace.names;
   iterations.events.reserve(trace.events.size());
   for (const plan::Event& e : trace.events) {
-    if (e.kind != plan::EventKind::kIterationEnd)
-      iterations.events.push_back(e);
+    if (e.kind == plan::EventKind::kIterationEnd) continue;
+    if (e.kind == plan::EventKind::kAlloc && !freed.contains(e.id)) continue;
+    iterations.events.push_back(e);
   }
   make.scope = plan::PlanScope::kIteration;
   make.steady_iteration = 0;

@@ -10,7 +10,9 @@
 // an iteration that ended suspended is recorded on through the next one
 // (where the requests that outlive it are freed) and then planned
 // (plan::MakePlan: that iteration, from its begin marker to the next, no
-// persistent buffers); the result is installed at an iteration boundary
+// persistent buffers; a request it made that is still live when the
+// recording ends is state made once, an optimizer's first step, and is
+// left out: it stays where it is and will not come again); the result is installed at an iteration boundary
 // as a new variant next to the plans already there (unless its layout
 // would hold more than loom ever held, that iteration served dynamically
 // included: then it is refused and the plans that did not fit

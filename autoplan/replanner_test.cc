@@ -19,9 +19,12 @@ constexpr uint64_t kG = 64 << 10;
 constexpr uint64_t kWeights = uint64_t{2} << 30;
 
 // One iteration of a shape: buffers of `unit` bytes and multiples,
-// allocated and freed in a fixed nesting (an activation stack).
+// allocated and freed in a fixed nesting (an activation stack). With
+// `state`, the iteration also makes `state_bytes` that live on (appended
+// there): what a run's first step makes for good, an optimizer's state.
 void RunIteration(vmm::Allocator& a, uint64_t unit, uint64_t number,
-                  Replanner* replanner) {
+                  Replanner* replanner, uint64_t state_bytes = 0,
+                  std::vector<vmm::DevicePtr>* state = nullptr) {
   if (replanner != nullptr) replanner->BeforeIterationBegin();
   a.IterationBegin(number);
   std::vector<vmm::DevicePtr> live;
@@ -29,6 +32,11 @@ void RunIteration(vmm::Allocator& a, uint64_t unit, uint64_t number,
     StatusOr<vmm::DevicePtr> p = a.Allocate(unit * i, 0);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     live.push_back(*p);
+  }
+  if (state != nullptr) {
+    StatusOr<vmm::DevicePtr> p = a.Allocate(state_bytes, 0);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    state->push_back(*p);
   }
   for (int i = 0; i < 40; ++i) {  // short-lived temporaries
     StatusOr<vmm::DevicePtr> t = a.Allocate(unit / 2 + 512 * i, 0);
@@ -73,9 +81,9 @@ class ReplannerTest : public ::testing::Test {
   }
   uint64_t DriverCalls() const {
     uint64_t n = 0;
-    for (vmm::DriverOp op : {vmm::DriverOp::kCreate, vmm::DriverOp::kMap,
-                             vmm::DriverOp::kUnmap, vmm::DriverOp::kRelease,
-                             vmm::DriverOp::kSetAccess}) {
+    for (vmm::DriverOp op :
+         {vmm::DriverOp::kCreate, vmm::DriverOp::kMap, vmm::DriverOp::kUnmap,
+          vmm::DriverOp::kRelease, vmm::DriverOp::kSetAccess}) {
       n += driver_->calls(op);
     }
     return n;
@@ -122,6 +130,39 @@ TEST_F(ReplannerTest, ANewShapeBecomesAVariantAndBothShapesHit) {
   EXPECT_GE(after.variant_switches - before.variant_switches, 3u);
   EXPECT_EQ(DriverCalls(), calls) << "driver calls in steady state";
   EXPECT_EQ(replanner.stats().attempts, 1u) << "nothing more to plan";
+}
+
+TEST_F(ReplannerTest, WhatTheRecordedIterationMadeForGoodIsNotPlanned) {
+  // The first iteration of the new shape is also the one that makes
+  // state for good (a run restarted with another micro-batch: its first
+  // step makes the optimizer's state). The variant planned from it leaves
+  // that state where it is: laid out in the variant too, it would hold
+  // its bytes in every iteration after, for requests that never come
+  // again, and the variant would hold more than loom ever held (refused,
+  // the plans lost).
+  constexpr uint64_t kA = 3 * kG, kB = 5 * kG, kState = 64 * kG;
+  PlanShape(kA);
+  ReplanOptions options;
+  options.plan_options.time_limit_seconds = 1;
+  Replanner replanner(*allocator_, options);
+  uint64_t n = 2;
+  RunIteration(*allocator_, kA, n++, &replanner);  // starts watching
+  std::vector<vmm::DevicePtr> state;
+  RunIteration(*allocator_, kB, n++, &replanner, kState, &state);
+  EXPECT_TRUE(allocator_->PlanSuspended());
+  RunIteration(*allocator_, kB, n++, &replanner);  // recorded on
+  RunIteration(*allocator_, kB, n++, &replanner);  // served by the variant
+  EXPECT_EQ(replanner.stats().replans, 1u) << replanner.stats().last_error;
+  EXPECT_EQ(allocator_->stats().plan_variants_refused, 0u);
+  EXPECT_EQ(allocator_->plan_variants(), 2u);
+  const vmm::AllocatorStats before = allocator_->stats();
+  RunIteration(*allocator_, kB, n++, &replanner);
+  const vmm::AllocatorStats after = allocator_->stats();
+  EXPECT_FALSE(allocator_->PlanSuspended());
+  EXPECT_EQ(after.plan_hits - before.plan_hits, 46u);
+  EXPECT_EQ(after.plan_misses, before.plan_misses);
+  EXPECT_EQ(after.reserved_bytes.peak, before.reserved_bytes.peak);
+  for (vmm::DevicePtr p : state) ASSERT_TRUE(allocator_->Free(p).ok());
 }
 
 TEST_F(ReplannerTest, PlansInTheBackgroundAndInstallsAtABoundary) {
@@ -191,8 +232,8 @@ TEST_F(ReplannerTest, StopsAfterMaxReplans) {
   uint64_t n = 2;
   RunIteration(*allocator_, 4 * kG, n++, &replanner);
   // A new shape every other iteration: two attempts, then no more.
-  for (uint64_t unit : {5 * kG, 5 * kG, 6 * kG, 6 * kG, 7 * kG, 7 * kG,
-                        8 * kG, 8 * kG}) {
+  for (uint64_t unit :
+       {5 * kG, 5 * kG, 6 * kG, 6 * kG, 7 * kG, 7 * kG, 8 * kG, 8 * kG}) {
     RunIteration(*allocator_, unit, n++, &replanner);
   }
   RunIteration(*allocator_, 4 * kG, n++, &replanner);
