@@ -104,6 +104,26 @@ void Replanner::Install(StatusOr<vmm::RuntimePlan> plan) {
   }
 }
 
+void Replanner::PlanRecording() {
+  plan::Trace trace = allocator_.RecordedTrace();
+  const uint64_t g = allocator_.granularity();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.attempts;
+  }
+  if (options_.background) {
+    SetState(State::kPlanning);
+    planner_ = std::thread([this, g, trace = std::move(trace)]() {
+      StatusOr<vmm::RuntimePlan> plan =
+          PlanIteration(trace, options_.plan_options, g);
+      std::lock_guard<std::mutex> lock(mu_);
+      result_.emplace(std::move(plan));
+    });
+  } else {
+    Install(PlanIteration(trace, options_.plan_options, g));
+  }
+}
+
 void Replanner::BeforeIterationBegin() {
   if (state_ == State::kPlanning) {
     std::optional<StatusOr<vmm::RuntimePlan>> result;
@@ -131,31 +151,21 @@ void Replanner::BeforeIterationBegin() {
     // The recording now holds the iteration that did not fit and the one
     // after it: plan the first.
     SetState(State::kWatching);
-    if (!s.trace_truncated) {
-      plan::Trace trace = allocator_.RecordedTrace();
-      const uint64_t g = allocator_.granularity();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++stats_.attempts;
-      }
-      if (options_.background) {
-        SetState(State::kPlanning);
-        planner_ = std::thread([this, g, trace = std::move(trace)]() {
-          StatusOr<vmm::RuntimePlan> plan =
-              PlanIteration(trace, options_.plan_options, g);
-          std::lock_guard<std::mutex> lock(mu_);
-          result_.emplace(std::move(plan));
-        });
-      } else {
-        Install(PlanIteration(trace, options_.plan_options, g));
-      }
-    }
+    if (!s.trace_truncated) PlanRecording();
   } else if (state_ == State::kWatching && allocator_.PlanSuspended() &&
              !s.trace_truncated) {
-    // The iteration ending now did not fit any plan: keep recording one
-    // more iteration (its frees end the lifetimes that cross over).
-    SetState(State::kExtending);
-    return;
+    // The iteration ending now did not fit any plan. If requests live
+    // past an iteration's end in this workload (the iteration freed some
+    // made before it, or a plan installed has one: a gradient freed by the
+    // next step), keep recording one more iteration: its frees end the
+    // lifetimes that cross over. Otherwise the next iteration's frees
+    // would end none (what is live now was made for good): planned now,
+    // one iteration sooner.
+    if (s.trace_earlier_frees > 0 || allocator_.PlansCrossIterations()) {
+      SetState(State::kExtending);
+      return;
+    }
+    PlanRecording();
   }
   allocator_.ClearRecording();  // the next iteration's recording
   std::lock_guard<std::mutex> lock(mu_);

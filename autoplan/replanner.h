@@ -7,12 +7,14 @@
 // iteration boundary, turns such an iteration into a plan of its own: the
 // allocator records every iteration while a Replanner watches it (the
 // buffer is cleared at each boundary, so it holds the current iteration);
-// an iteration that ended suspended is recorded on through the next one
-// (where the requests that outlive it are freed) and then planned
-// (plan::MakePlan: that iteration, from its begin marker to the next, no
-// persistent buffers; a request it made that is still live when the
-// recording ends is state made once, an optimizer's first step, and is
-// left out: it stays where it is and will not come again); the result is installed at an iteration boundary
+// an iteration that ended suspended is planned (plan::MakePlan: that
+// iteration, from its begin marker to the next, no persistent buffers): at
+// once when no request of the plans installed lives past its iteration's
+// end, else once the next iteration was recorded too (its frees end the
+// lifetimes that cross over). A request it made that is still live when
+// the recording ends is state made once (an optimizer's first step) and is
+// left out: it stays where it is and will not come again. The result is
+// installed at an iteration boundary
 // as a new variant next to the plans already there (unless its layout
 // would hold more than loom ever held, that iteration served dynamically
 // included: then it is refused and the plans that did not fit
@@ -87,6 +89,9 @@ class Replanner {
   static StatusOr<vmm::RuntimePlan> PlanIteration(
       const plan::Trace& trace, const plan::MakePlanOptions& options,
       uint64_t granularity);
+  // Plans the recording (on the planner's thread with `background`) and
+  // installs the result (now, or at a later boundary).
+  void PlanRecording();
   void Install(StatusOr<vmm::RuntimePlan> plan);
   void SetState(State state);
 

@@ -138,6 +138,10 @@ class Allocator {
   // True while the installed plan is suspended for the current iteration
   // (it did not fit: fit_monitor.h).
   bool PlanSuspended() const;
+  // True when a request of an installed plan's steady iteration lives
+  // past the iteration's end (a gradient freed by the next iteration):
+  // then an iteration's requests are known only once the next one ran.
+  bool PlansCrossIterations() const;
   uint64_t granularity() const { return granularity_; }
   static constexpr size_t kMaxVariants = 8;
   // A plan that has not fitted a whole iteration yet, after an iteration it

@@ -173,9 +173,12 @@ void Allocator::LearnDynamicLifetime(const DynamicBirth& birth) {
 
 void Allocator::Record(const plan::Event& event) {
   if (!recording_) return;
-  // A request made before recording began: its free is not recorded.
-  if (event.kind == plan::EventKind::kFree && event.id < record_from_id_)
+  // A request made before recording began: its free is not recorded
+  // (only counted).
+  if (event.kind == plan::EventKind::kFree && event.id < record_from_id_) {
+    ++stats_.trace_earlier_frees;
     return;
+  }
   if (trace_.events.size() >= record_capacity_) {
     stats_.trace_truncated = true;
     return;
@@ -212,6 +215,7 @@ void Allocator::StartRecording(size_t capacity) {
   trace_ = std::move(fresh);
   trace_.events.reserve(capacity);
   stats_.trace_events = 0;
+  stats_.trace_earlier_frees = 0;
 }
 
 void Allocator::ClearRecording() {
@@ -219,6 +223,7 @@ void Allocator::ClearRecording() {
   trace_.events.clear();
   record_from_id_ = next_request_id_;
   stats_.trace_events = 0;
+  stats_.trace_earlier_frees = 0;
   stats_.trace_truncated = false;
 }
 

@@ -15,6 +15,22 @@ bool Allocator::PlanSuspended() const {
   return active_ != nullptr && fit_.suspended();
 }
 
+bool Allocator::PlansCrossIterations() const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  for (const std::unique_ptr<Variant>& v : variants_) {
+    const int64_t period = v->plan.period;
+    for (const PlannedRequest& r : v->plan.iteration) {
+      if (r.end > period) return true;
+    }
+    for (const DynamicWindow& w : v->plan.windows) {
+      for (const PlannedRequest& r : w.steady.requests) {
+        if (r.end > period) return true;
+      }
+    }
+  }
+  return false;
+}
+
 size_t Allocator::plan_variants() const {
   std::lock_guard<FutexMutex> lock(mu_);
   return variants_.size();

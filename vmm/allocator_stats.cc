@@ -92,6 +92,7 @@ std::string AllocatorStats::ToJson() const {
     w.Key(prefix + "mappings").Uint(b.mappings);
   }
   w.Key("loom.trace_events").Uint(trace_events);
+  w.Key("loom.trace_earlier_frees").Uint(trace_earlier_frees);
   w.Key("loom.trace_truncated").Bool(trace_truncated);
   uint64_t total = 0;
   for (size_t i = 0; i < kDriverOpCount; ++i) {

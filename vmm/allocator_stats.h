@@ -69,7 +69,7 @@ struct AllocatorStats {
   // the plan did not fit, served at their planned place all the same
   // (Allocator::PlacePersistent).
   uint64_t persistent_placements = 0;
-  uint64_t iterations = 0;              // iteration-begin markers seen
+  uint64_t iterations = 0;  // iteration-begin markers seen
   // Hits / (hits + misses) of the last complete iteration; 0 when a plan
   // was installed but routed none of its requests (lost, or suspended from
   // the start); -1 until an iteration completes.
@@ -109,7 +109,10 @@ struct AllocatorStats {
   WaitCounters waits;
   // This device's handles and mappings ("loom.layout.*").
   MappingLayout layout;
-  uint64_t trace_events = 0;     // events recorded (record mode)
+  uint64_t trace_events = 0;  // events recorded (record mode)
+  // Frees left out of the recording: of requests made before it began
+  // (or was cleared), e.g. the previous iteration's.
+  uint64_t trace_earlier_frees = 0;
   bool trace_truncated = false;  // the record buffer filled up
   std::array<uint64_t, kDriverOpCount> driver_calls{};
 
