@@ -40,15 +40,17 @@ StatusOr<vmm::RuntimePlan> Replanner::PlanIteration(
     const plan::Trace& trace, const plan::MakePlanOptions& options,
     uint64_t granularity) {
   plan::MakePlanOptions make = options;
-  // The recording holds the iteration to plan and the one after it (where
-  // the requests that outlive it are freed). An iteration runs from one
-  // begin marker to the next: what comes after its end marker (evaluation
-  // steps) is part of it, so end markers are left out.
-  // A request still live at the recording's end was made by the planned
-  // iteration and lived through the next one too: state made once (the
-  // optimizer state of a run's first step), not a request the iterations
-  // to come will make again. It stays where it is; planning it would
-  // reserve its bytes in every iteration of the variant.
+  // The recording holds the iteration to plan, and the one after it (where
+  // the requests that outlive it are freed) when requests of this workload
+  // cross an iteration's end. An iteration runs from one begin marker to
+  // the next: what comes after its end marker (evaluation steps) is part
+  // of it, so end markers are left out.
+  // A request still live at the recording's end (it lived through the
+  // next iteration too, or, recorded alone, nothing crosses an iteration's
+  // end) is state made once (the optimizer state of a run's first step),
+  // not a request the iterations to come will make again. It stays where
+  // it is; planning it would reserve its bytes in every iteration of the
+  // variant.
   std::unordered_set<uint64_t> freed;
   for (const plan::Event& e : trace.events) {
     if (e.kind == plan::EventKind::kFree) freed.insert(e.id);
