@@ -9,9 +9,10 @@
 // buffer is cleared at each boundary, so it holds the current iteration);
 // an iteration that ended suspended is planned (plan::MakePlan: that
 // iteration, from its begin marker to the next, no persistent buffers): at
-// once when no request of the plans installed lives past its iteration's
-// end, else once the next iteration was recorded too (its frees end the
-// lifetimes that cross over). A request it made that is still live when
+// once when nothing of this workload lives past an iteration's end (the
+// iteration freed nothing made before it, loom.trace_earlier_frees, and no
+// plan installed has such a request), else once the next iteration was
+// recorded too (its frees end the lifetimes that cross over). A request it made that is still live when
 // the recording ends is state made once (an optimizer's first step) and is
 // left out: it stays where it is and will not come again. The result is
 // installed at an iteration boundary
