@@ -264,8 +264,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       // its own lifetime; a set-up one none).
       const bool known =
           !match.prologue || match.entry->end > match.entry->start;
-      ptr = AllocateInArena(size, stream, known ? match.entry->end : -1, {},
-                            /*warm_up=*/match.prologue);
+      ptr = AllocateInArena(size, stream, known ? match.entry->end : -1);
     } else {
       // A request that shrank takes its planned bytes; one that grew takes
       // them only if the bytes after them are idle in the plan for as long
@@ -316,7 +315,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     }
     // An early iteration that did not fit is still the run's warm-up: its
     // persistent requests take their planned places, the rest are served
-    // dynamically in small chunks (RequestContext::warm_up).
+    // dynamically.
     const bool warm_up = active_ != nullptr && active_->matcher.in_prologue() &&
                          !referee_.lost();
     std::optional<DevicePtr> persistent;
@@ -326,8 +325,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       ptr = *persistent;
       where = Where::kStatic;
     } else {
-      ptr = ServeUnforeseen(size, stream, -1, {}, &where,
-                            /*warm_up=*/warm_up && !in_module);
+      ptr = ServeUnforeseen(size, stream, -1, {}, &where);
     }
   }
   if (!ptr.ok()) {

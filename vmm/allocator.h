@@ -371,11 +371,10 @@ class Allocator {
   // module's), expected to end at iteration time `until` (-1: unknown):
   // bytes of the static region idle until then if there are, else the
   // arena (`preferred` pages first). Sets *where.
-  // `warm_up`: served during the plan's warm-up (RequestContext::warm_up).
   StatusOr<DevicePtr> ServeUnforeseen(uint64_t size, Stream stream,
                                       int64_t until,
                                       std::vector<PageId> preferred,
-                                      Where* where, bool warm_up = false);
+                                      Where* where);
   // While the plan is suspended in an early iteration: a request of the
   // size of one of the next kPersistentLookahead persistent prologue
   // entries (weights, optimizer state) not yet served takes that entry's
@@ -418,13 +417,10 @@ class Allocator {
   std::vector<PageId> PagesOf(const PlannedRequest& entry) const;
   // Serves a request from the arena, its pages chosen by a LendingPolicy
   // (lending_policy.h) for this request: expected to end at iteration time
-  // `until` (-1: unknown), `preferred` pages first; `warm_up`: a set-up or
-  // early-iteration request the plan left to the dynamic space
-  // (RequestContext::warm_up).
+  // `until` (-1: unknown), `preferred` pages first.
   StatusOr<DevicePtr> AllocateInArena(uint64_t size, Stream stream,
                                       int64_t until,
-                                      std::vector<PageId> preferred = {},
-                                      bool warm_up = false);
+                                      std::vector<PageId> preferred = {});
   // The open pool whose filter accepts `stream`, or null.
   GraphPool* PoolFor(Stream stream) const;
   // A request of an open graph pool, recorded as live (kept out of the hot

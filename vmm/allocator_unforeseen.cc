@@ -12,7 +12,7 @@ namespace loom::vmm {
 StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
                                                int64_t until,
                                                std::vector<PageId> preferred,
-                                               Where* where, bool warm_up) {
+                                               Where* where) {
   const PlanSchedule* plan_schedule = schedule();
   if (plan_schedule != nullptr && until >= 0 && !active_->matcher.in_setup()) {
     // Bytes of the static region the plan leaves idle until `until`:
@@ -39,7 +39,7 @@ StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
     }
   }
   *where = Where::kArena;
-  return AllocateInArena(size, stream, until, std::move(preferred), warm_up);
+  return AllocateInArena(size, stream, until, std::move(preferred));
 }
 
 void Allocator::ServePersistent(size_t index) {
@@ -84,6 +84,7 @@ RequestContext Allocator::ContextFor(Stream stream, int64_t until,
     context.in_setup = active_->matcher.in_setup();
   }
   context.preferred = std::move(preferred);
+  context.stitch = stats_.iterations >= kStitchFromIteration;
   return context;
 }
 
@@ -167,10 +168,9 @@ std::optional<DevicePtr> Allocator::PlaceInIdleRegion(uint64_t size,
 
 StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
                                                int64_t until,
-                                               std::vector<PageId> preferred,
-                                               bool warm_up) {
-  RequestContext context = ContextFor(stream, until, std::move(preferred));
-  context.warm_up = warm_up;
+                                               std::vector<PageId> preferred) {
+  const RequestContext context =
+      ContextFor(stream, until, std::move(preferred));
   const PlanSchedule* plan_schedule = schedule();
   LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), plan_schedule,
                        context, [this] { UpdateReserved(); });

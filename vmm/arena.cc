@@ -70,20 +70,35 @@ Arena::Candidate Arena::Examine(uint64_t block, uint64_t bsize, uint64_t size,
                                 PagePolicy& policy) const {
   Candidate c;
   uint64_t position = block;
+  std::vector<PageId> stitched;  // pages mapped twice met in the place
   while (position + size <= block + bsize) {
     uint64_t first = position / granularity_;
     uint64_t last = (position + size - 1) / granularity_;
     uint64_t unmapped = 0;
     uint64_t blocked = ~uint64_t{0};
+    stitched.clear();
     for (uint64_t k = first; k <= last; ++k) {
       PageId page = granule_page_[k];
       if (page == kNoPage) {
         ++unmapped;
-      } else if (!policy.Usable(page, PieceLo(k, position),
-                                PieceHi(k, position, size), stream, until)) {
+        continue;
+      }
+      // A page mapped at several places serves allocations at one of them
+      // at a time, and never twice in one allocation.
+      if (pool_.page(page).arena_mappings > 1 &&
+          ((pool_.page(page).arena_users != 0 &&
+            pool_.page(page).arena_in_use_at != k) ||
+           std::find(stitched.begin(), stitched.end(), page) !=
+               stitched.end())) {
         blocked = k;
         break;
       }
+      if (!policy.Usable(page, PieceLo(k, position), PieceHi(k, position, size),
+                         stream, until)) {
+        blocked = k;
+        break;
+      }
+      if (pool_.page(page).arena_mappings > 1) stitched.push_back(page);
     }
     if (blocked == ~uint64_t{0}) {
       c.block = block;
@@ -100,12 +115,20 @@ Arena::Candidate Arena::Examine(uint64_t block, uint64_t bsize, uint64_t size,
 Status Arena::MapRun(uint64_t granule, PageRun run) {
   for (uint32_t i = 0; i < run.count; ++i) {
     const Page& page = pool_.page(run.first + i);
-    LOOM_CHECK(page.live && page.arena_granule == kNoGranule);
+    // Mapped nowhere in the arena, or (stitched) mapped once and idle.
+    LOOM_CHECK(page.live && page.arena_mappings < kMaxArenaMappings &&
+               (page.arena_granule == kNoGranule ||
+                (page.arena_users == 0 && page.static_granule == kNoGranule)));
   }
   LOOM_RETURN_IF_ERROR(pool_.MapRun(base_ + granule * granularity_, run));
   for (uint32_t i = 0; i < run.count; ++i) {
-    pool_.page(run.first + i).arena_granule =
-        static_cast<uint32_t>(granule + i);
+    Page& page = pool_.page(run.first + i);
+    if (page.arena_granule == kNoGranule) {
+      page.arena_granule = static_cast<uint32_t>(granule + i);
+    } else {
+      ++stitches_;
+    }
+    ++page.arena_mappings;
     granule_page_[granule + i] = run.first + i;
   }
   mappings_[granule] = run.count;
@@ -122,12 +145,28 @@ Status Arena::UnmapMapping(uint64_t head) {
   LOOM_RETURN_IF_ERROR(
       driver_.Unmap(base_ + head * granularity_, length * granularity_));
   ++unmaps_;
+  const PageId chunk = granule_page_[head];
+  mappings_.erase(it);
+  // The chunk's other mapping, if it is stitched in two places.
+  uint64_t other = kNoPlace;
+  if (pool_.page(chunk).arena_mappings > 1) {
+    for (const auto& [h, n] : mappings_) {
+      if (granule_page_[h] == chunk) {
+        other = h;
+        break;
+      }
+    }
+    LOOM_CHECK(other != kNoPlace, "page {} has no second mapping", chunk);
+  }
   for (uint64_t k = head; k < head + length; ++k) {
-    pool_.page(granule_page_[k]).arena_granule = kNoGranule;
+    Page& page = pool_.page(granule_page_[k]);
+    --page.arena_mappings;
+    page.arena_granule = other == kNoPlace
+                             ? kNoGranule
+                             : static_cast<uint32_t>(other + (k - head));
     granule_page_[k] = kNoPage;
   }
   mapped_granules_ -= length;
-  mappings_.erase(it);
   return OkStatus();
 }
 
@@ -247,8 +286,11 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
     return placed;
   }
   free_.Take(best.block, best.position, size);
-  for (uint64_t k = first; k <= last; ++k)
-    ++pool_.page(granule_page_[k]).arena_users;
+  for (uint64_t k = first; k <= last; ++k) {
+    Page& page = pool_.page(granule_page_[k]);
+    ++page.arena_users;
+    page.arena_in_use_at = static_cast<uint32_t>(k);
+  }
   live_bytes_ += size;
   return base_ + best.position;
 }
@@ -263,6 +305,7 @@ void Arena::Free(DevicePtr ptr, uint64_t size, std::span<const FreeTag> tags) {
     Page& page = pool_.page(granule_page_[k]);
     LOOM_CHECK(page.arena_users > 0);
     --page.arena_users;
+    page.arena_freed_at = clock_;
     for (const FreeTag& tag : tags) {
       if (tag.epoch != 0) {
         AddFence(page, PieceLo(k, offset), PieceHi(k, offset, size), tag);
@@ -270,6 +313,7 @@ void Arena::Free(DevicePtr ptr, uint64_t size, std::span<const FreeTag> tags) {
     }
   }
   live_bytes_ -= size;
+  ++clock_;
   free_.Give(offset, size, "arena");
 }
 
@@ -280,6 +324,8 @@ StatusOr<PageRun> Arena::ReclaimIdle(
     if (length > max_pages) continue;
     if (head + length > placing_first_ && head <= placing_last_) continue;
     if (!MappingIdle(head, length)) continue;
+    // Its pages must end mapped nowhere in the arena.
+    if (pool_.page(granule_page_[head]).arena_mappings > 1) continue;
     bool all_wanted = true;
     for (uint64_t k = head; k < head + length && all_wanted; ++k) {
       all_wanted = wanted(granule_page_[k]);
@@ -303,7 +349,59 @@ std::vector<PageId> Arena::IdlePages() const {
       out.push_back(granule_page_[k]);
     }
   }
+  // A stitched chunk's pages once.
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+StatusOr<PageRun> Arena::StitchableChunk(
+    uint32_t wanted, uint32_t room,
+    const std::function<bool(PageId)>& usable) const {
+  PageRun best;
+  uint64_t best_freed_at = 0;
+  for (const auto& [head, length] : mappings_) {
+    if (length > room) continue;
+    if (head + length > placing_first_ && head <= placing_last_) continue;
+    const Page& first = pool_.page(granule_page_[head]);
+    if (first.arena_mappings >= kMaxArenaMappings ||
+        first.static_granule != kNoGranule) {
+      continue;
+    }
+    if (!MappingIdle(head, length)) continue;
+    // The one idle the longest (freed first): a chunk freed lately is
+    // likely to be wanted back where it is mapped.
+    uint64_t freed_at = 0;
+    for (uint64_t k = head; k < head + length; ++k) {
+      freed_at =
+          std::max(freed_at, pool_.page(granule_page_[k]).arena_freed_at);
+    }
+    // (One within the stretch before one that maps past it.)
+    if (best.count != 0 &&
+        std::make_pair(length > wanted, freed_at) >=
+            std::make_pair(best.count > wanted, best_freed_at)) {
+      continue;
+    }
+    bool ok = true;
+    for (uint64_t k = head; k < head + length && ok; ++k) {
+      const Page& page = pool_.page(granule_page_[k]);
+      ok = page.static_granule == kNoGranule && usable(granule_page_[k]);
+    }
+    // Nor one with a page mapped in the place being mapped (through any of
+    // its mappings, over any part of it).
+    if (ok && first.arena_mappings > 1 && placing_first_ != kNoPlace) {
+      const PageId chunk = granule_page_[head];
+      for (uint64_t k = placing_first_; k <= placing_last_ && ok; ++k) {
+        ok = granule_page_[k] == kNoPage || granule_page_[k] < chunk ||
+             granule_page_[k] >= chunk + length;
+      }
+    }
+    if (!ok) continue;
+    best = PageRun{granule_page_[head], static_cast<uint32_t>(length)};
+    best_freed_at = freed_at;
+  }
+  if (best.count == 0) return NotFoundError("no idle arena chunk to stitch");
+  return best;
 }
 
 StatusOr<std::vector<PageId>> Arena::UnmapIdle() {
@@ -317,6 +415,8 @@ StatusOr<std::vector<PageId>> Arena::UnmapIdle() {
     const uint64_t length = mappings_.at(head);
     const PageId first = granule_page_[head];
     LOOM_RETURN_IF_ERROR(UnmapMapping(head));
+    // A stitched chunk's pages once, when their last mapping goes.
+    if (pool_.page(first).arena_mappings != 0) continue;
     for (uint64_t i = 0; i < length; ++i) unmapped.push_back(first + i);
   }
   return unmapped;
@@ -345,13 +445,29 @@ void Arena::CheckInvariants() const {
     if (id == kNoPage) continue;
     ++mapped;
     const Page& page = pool_.page(id);
-    LOOM_CHECK(page.live && page.arena_granule == k,
+    LOOM_CHECK(page.live && page.arena_granule != kNoGranule &&
+                   granule_page_[page.arena_granule] == id &&
+                   page.arena_mappings >= 1 &&
+                   page.arena_mappings <= kMaxArenaMappings,
                "arena granule {} page mismatch", k);
+    LOOM_CHECK(page.arena_mappings == 1 || page.static_granule == kNoGranule,
+               "static page {} mapped twice in the arena", id);
+    LOOM_CHECK(
+        page.arena_users == 0 || granule_page_[page.arena_in_use_at] == id,
+        "page {} in use at a granule that does not map it", id);
     LOOM_CHECK(page.static_users == 0 || page.arena_users == 0,
                "page of arena granule {} serves static and arena allocations",
                k);
   }
   LOOM_CHECK_EQ(mapped, mapped_granules_);
+  std::map<PageId, uint32_t> mappings_of;  // of the pages mapped twice
+  for (uint64_t k = 0; k < granule_page_.size(); ++k) {
+    const PageId id = granule_page_[k];
+    if (id != kNoPage && pool_.page(id).arena_mappings > 1) ++mappings_of[id];
+  }
+  for (const auto& [id, n] : mappings_of) {
+    LOOM_CHECK_EQ(n, pool_.page(id).arena_mappings);
+  }
   uint64_t in_mappings = 0;
   uint64_t previous = 0;
   for (const auto& [head, length] : mappings_) {

@@ -6,8 +6,8 @@
 // pages that are idle now (lent; the same physical page then has two
 // mappings). Every mapping is one whole chunk (a handle: CUDA maps nothing
 // less), its pages at consecutive granules: a request of many granules gets
-// one new chunk (several of at most 16 MiB while no plan is installed:
-// lending_policy.h), one map each, one set-access for all; a chunk already held
+// new chunks (of at most 16 MiB: lending_policy.h), one map each, one
+// set-access for all; a chunk already held
 // that is larger than the granules a request lacks may be mapped over the
 // unmapped granules after them too (mapped ahead, free, at no cost in memory).
 // A mapping is unmapped only whole, in one call of its own, once none of its
@@ -24,9 +24,23 @@
 // allocations, no unfinished work of another stream). Candidates are tried in
 // best-fit order, preferring places that need no new mapping.
 //
+// Stitching: where growing would raise the memory held above its peak, the
+// policy may hand over an idle chunk already mapped elsewhere in the arena
+// (StitchableChunk); it is then mapped a second time, here, and the old
+// mapping stays (no unmap, so the place it served is still mapped when its
+// requests come back: a repeating workload makes no driver call once both
+// places exist). A page mapped at several places serves allocations at one
+// of them at a time (Page::arena_in_use_at: small allocations still share
+// it there), and never twice in one allocation. GMLake stitches the same
+// way (it keeps the blocks it stitched mapped); remapping instead,
+// unmapping the chunk where it was, remapped every iteration (misses.md,
+// fourth session).
+//
 // Invariants: free blocks never overlap or touch (they coalesce); live
-// allocations never overlap; a page is mapped in at most one arena granule;
-// a page's arena_users equals the live arena allocations touching it.
+// allocations never overlap; a page is mapped in at most kMaxArenaMappings
+// arena granules (one for a page of a static granule), its live arena
+// allocations all at one of them (arena_in_use_at); a page's arena_users
+// equals the live arena allocations touching it.
 // Not thread-safe: the allocator serialises access.
 #ifndef LOOM_VMM_ARENA_H_
 #define LOOM_VMM_ARENA_H_
@@ -46,6 +60,8 @@
 namespace loom::vmm {
 
 inline constexpr uint64_t kArenaAlignment = 512;
+// The most places one page is mapped at in the arena (stitching).
+inline constexpr uint32_t kMaxArenaMappings = 4;
 
 class Arena {
  public:
@@ -107,8 +123,18 @@ class Arena {
                                 const std::function<bool(PageId)>& wanted,
                                 const std::function<Status(PageId)>& prepare);
 
+  // An idle chunk to map a second time (stitch) over `wanted` unmapped
+  // granules with `room` after them: mapped once in the arena, in a
+  // mapping no live allocation touches, no page of it static, each page
+  // `usable` (no other stream's unfinished work); the largest of at most
+  // `wanted` pages, else the smallest of at most `room`. Never one mapped
+  // inside the Allocate in progress. Unmaps nothing. NOT_FOUND if none.
+  StatusOr<PageRun> StitchableChunk(
+      uint32_t wanted, uint32_t room,
+      const std::function<bool(PageId)>& usable) const;
+
   // The pages of the mappings none of whose granules serves a live
-  // allocation (what UnmapIdle would unmap).
+  // allocation (what UnmapIdle would unmap), each once, sorted.
   std::vector<PageId> IdlePages() const;
   // Unmaps every mapping none of whose granules serves a live allocation,
   // one call each; returns the pages unmapped (their arena_granule is
@@ -130,6 +156,8 @@ class Arena {
   // Map calls made (a mapping of several granules is one).
   uint64_t maps() const { return maps_; }
   uint64_t unmaps() const { return unmaps_; }
+  // Pages mapped a second time (stitched).
+  uint64_t stitched_pages() const { return stitches_; }
 
   void CheckInvariants() const;
 
@@ -179,6 +207,8 @@ class Arena {
   uint64_t mapped_granules_ = 0;
   uint64_t maps_ = 0;
   uint64_t unmaps_ = 0;
+  uint64_t stitches_ = 0;
+  uint64_t clock_ = 0;  // frees so far (Page::arena_freed_at)
   static constexpr uint64_t kNoPlace = ~uint64_t{0};
   uint64_t mapped_extent_ = 0;  // one past the highest granule ever mapped
   uint64_t placing_first_ = kNoPlace;  // granules being mapped by Allocate

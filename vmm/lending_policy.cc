@@ -216,18 +216,24 @@ StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, uint32_t room,
     }
     if (best.count > 0 && best_distance >= Needed()) return best;
   }
-  // 3. A new chunk of what is wanted (spare chunks that did not fit go
-  // back first, as far as the new one would otherwise raise the pool above
-  // its peak).
-  // Without a plan, at most kMaxNewChunkBytes of it (one chunk of several
-  // for a larger stretch; the arena asks again for the rest).
-  // (Growing by more, and keeping or mapping the rest, was measured on the
-  // plan-miss suite: fewer calls, more memory held.)
-  uint32_t pages = wanted;
-  if (region_ == nullptr || context_.warm_up) {
-    const uint32_t cap = static_cast<uint32_t>(
-        std::max<uint64_t>(1, kMaxNewChunkBytes / pool_.granularity()));
-    pages = std::min(wanted, cap);
+  // 3. Stitching: where a new chunk would raise the memory held above its
+  // peak, from the kStitchFromIteration-th iteration on, an idle chunk the
+  // arena holds elsewhere is mapped here too (it stays mapped there; see
+  // arena.h), the one idle the longest.
+  // 4. Else a new chunk of what is wanted, at most kMaxNewChunkBytes (one
+  // chunk of several for a larger stretch; the arena asks again for the
+  // rest), after the spare chunks that did not fit went back, as far as the
+  // new one would otherwise raise the pool above its peak.
+  const uint32_t pages = std::min<uint32_t>(
+      wanted, static_cast<uint32_t>(std::max<uint64_t>(
+                  1, kMaxNewChunkBytes / pool_.granularity())));
+  if (context_.stitch && !pool_.FitsUnderPeak(pages)) {
+    const uint32_t g = static_cast<uint32_t>(pool_.granularity());
+    StatusOr<PageRun> idle =
+        arena_.StitchableChunk(wanted, room, [&](PageId id) {
+          return FencesAllow(pool_.page(id), 0, g, stream, tracker_);
+        });
+    if (idle.ok()) return *idle;
   }
   pool_.ReleaseUnfencedSpareChunksFor(pages);
   StatusOr<PageRun> grown = pool_.GrowRun(pages);
@@ -235,14 +241,14 @@ StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, uint32_t room,
     on_grow_();
     return grown;
   }
-  // Out of memory (cap or device). 4. A chunk cached idle in another arena
+  // Out of memory (cap or device). 5. A chunk cached idle in another arena
   // mapping: remapping costs driver calls (so it comes after growing, which
   // a repeating workload stops needing once warm). The pages move to
   // another address: every fence on them, the stream's own included, must
   // be complete first (waited for if need be).
   StatusOr<PageRun> reclaimed = ReclaimFromArena(pool_, tracker_, arena_, room);
   if (reclaimed.ok()) return *reclaimed;
-  // 5. Any idle static chunk: its planned owner may have to go elsewhere.
+  // 6. Any idle static chunk: its planned owner may have to go elsewhere.
   if (best.count > 0) return best;
   return grown.status();
 }

@@ -19,29 +19,23 @@
 //    idle static page may be lent (a planned owner that finds its page
 //    taken is served elsewhere: the safety check);
 //  - Acquire's order: the entry's own pages, a spare chunk, the idle
-//    static chunk unused the longest (if long enough), a new chunk of the
-//    pages wanted, a chunk reclaimed from an idle arena mapping (after
-//    waiting for its work), and last any idle static chunk. Every answer is
-//    one whole chunk (CUDA maps whole handles only); a chunk already held
-//    may be larger than the stretch, over the unmapped granules after it;
-//  - while no plan is installed, and for the warm-up requests a plan left
-//    to the dynamic space (RequestContext::warm_up), a new chunk holds at
-//    most kMaxNewChunkBytes (a larger stretch gets several, one map each). A
-//    chunk goes back only once no page of it serves a live allocation, so
-//    an allocation made for good in reused memory (an optimizer state in a
-//    freed activation's granules, in auto mode's unplanned iterations) keeps
-//    its whole chunk: after auto mode's switch to a plan (which serves
-//    everything from the static region), each chunk a live arena
-//    allocation keeps idle costs less than kMaxNewChunkBytes, where chunks
-//    as large as their requests kept up to 1 GiB each idle (3.6 GiB on the
-//    H200's gpt2_interleaved, above the unplanned peak). With a plan the
-//    arena's requests are misses and dynamic modules, and chunks stay as
-//    large as the stretch (capping them there was measured on the
-//    plan-miss suite: -0.2 to +6.5 points, more calls; not done), except
-//    for the plan's warm-up requests it left unplaced: a pipeline's first
-//    iteration before its first marker (H200 gpt2_interleaved: 25 GiB of
-//    them) left 6 GiB idle in chunks its gradients and optimizer state
-//    kept, beside the region serving the later iterations.
+//    static chunk unused the longest (if long enough), an idle arena chunk
+//    stitched (mapped here too, where a new chunk would raise the memory
+//    held above its peak, from iteration kStitchFromIteration on), a new
+//    chunk of the pages wanted, a chunk reclaimed from an idle arena mapping
+//    (after waiting for its work), and last any idle static chunk. Every
+//    answer is one whole chunk (CUDA maps whole handles only); a chunk
+//    already held may be larger than the stretch, over the unmapped
+//    granules after it;
+//  - a new chunk holds at most kMaxNewChunkBytes (a larger stretch gets
+//    several, one map each). A chunk goes back, or is stitched, only once
+//    no page of it serves a live allocation, so an allocation made for good
+//    in reused memory (an optimizer state in a freed activation's granules)
+//    keeps its whole chunk: each chunk a live arena allocation keeps idle
+//    costs less than kMaxNewChunkBytes, where chunks as large as their
+//    requests kept up to 1 GiB each idle (3.6 GiB on the H200's
+//    gpt2_interleaved after auto mode's switch to a plan; 6 GiB beside the
+//    region for a pipeline's first iteration before its first marker).
 #ifndef LOOM_VMM_LENDING_POLICY_H_
 #define LOOM_VMM_LENDING_POLICY_H_
 
@@ -81,15 +75,22 @@ struct RequestContext {
   int64_t now = 0;
   int64_t until = -1;
   bool in_setup = false;
-  // One of the plan's set-up or early-iteration requests it left to the
-  // dynamic space (a prologue entry without a place): a warm-up request,
-  // new chunks for it as small as while no plan is installed (see
-  // kMaxNewChunkBytes).
-  bool warm_up = false;
   // The pages of the static granules the request's plan entry covers whole
   // (a missed entry: idle for the lifetime the request takes over).
   std::vector<PageId> preferred;
+  // Idle arena chunks may be stitched (mapped a second time) for it: from
+  // the run's kStitchFromIteration-th iteration on.
+  bool stitch = false;
 };
+
+// The iterations (markers seen) before the arena stitches idle chunks
+// instead of growing past its peak. Measured on the plan-miss suite
+// (bench/results/misses.md, eleventh session), every other rule as kept:
+// from the first request, 42 of 82 rows at target; from iteration 1, 57;
+// from iteration 2, 63 (57 with no stitching). The first iterations lay
+// out the dynamic space: chunks stitched there end up mapped at places the
+// next iteration wants back, and their requests grow the pool elsewhere.
+inline constexpr uint64_t kStitchFromIteration = 2;
 
 // Pages for static granules a planned allocation occupies for the first time
 // (StaticRegion::Back), for a request on `stream`. Order: spare chunks; a
@@ -146,13 +147,18 @@ class StaticBacking final : public PageSource {
 
 class LendingPolicy final : public Arena::PagePolicy {
  public:
-  // The largest new arena chunk while no plan is installed (as expandable
-  // segments' 20 MiB pages; 8 granules of 2 MiB). Measured with `loom
-  // replay --auto 3` on the H200's traces: the switch to the plan keeps
-  // llama1b, gpt2_interleaved and moe at their unplanned peak, and
-  // llama1b_recompute 0.28 GiB above it (1.88 with chunks as large as their
-  // request; 8 MiB: 0.10, 2 MiB: 0 but moe 0.12 above); warm-up driver
-  // time 41 -> 77 ms (llama1b), steady state still none.
+  // The largest new arena chunk (as expandable segments' 20 MiB pages; 8
+  // granules of 2 MiB): a chunk is mapped, unmapped and stitched whole, and
+  // it is idle only when no live allocation touches any of its pages.
+  // Measured with `loom replay --auto 3` on the H200's traces: the switch
+  // to the plan keeps llama1b, gpt2_interleaved and moe at their unplanned
+  // peak, and llama1b_recompute 0.28 GiB above it (1.88 with chunks as
+  // large as their request; 8 MiB: 0.10, 2 MiB: 0 but moe 0.12 above);
+  // warm-up driver time 41 -> 77 ms (llama1b), steady state still none.
+  // Chunks as large as the stretch while a plan is installed (as before
+  // stitching) gave 51 of 82 rows at target, this 63 (misses.md, eleventh
+  // session): a large chunk that a small live allocation keeps cannot be
+  // stitched.
   static constexpr uint64_t kMaxNewChunkBytes = uint64_t{16} << 20;
 
   // `region` may be null (no plan); `schedule` null: no plan in force (every

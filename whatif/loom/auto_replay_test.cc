@@ -18,6 +18,9 @@ TEST(AutoReplayTest, SwitchesToThePlanAndReportsBothPhases) {
   options.planned_iterations = 3;
   options.time_limit_seconds = 2;
   options.check_invariants = true;
+  // The switch's mechanics: the plan check would decline this plan (on
+  // its recording it holds 9.00 GiB, loom without a plan 8.98).
+  options.check_plan = false;
   StatusOr<AutoReplayResult> r = ReplayAutoMode(w->trace, options);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->switch_at, 3);  // K + 1 by default
@@ -52,6 +55,7 @@ TEST(AutoReplayTest, TheHostBackendKeepsEveryByte) {
   options.backend = "host";
   options.capacity = uint64_t{32} << 30;  // sparse: untouched pages are free
   options.check_data = true;
+  options.check_plan = false;  // served even where it would be declined
   StatusOr<AutoReplayResult> r = ReplayAutoMode(w->trace, options);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->phases.switched);
@@ -109,10 +113,11 @@ TEST(AutoReplayTest, AFirstIterationsPersistentStateIsMadeOnce) {
 
 // The H200 run of 2026-11-26 in auto mode (bench/gpu/train/worker.py:
 // record_iterations=3, the plan's time limit 20 s): the unplanned iterations
-// peaked where loom without a plan does (measured.json's loom_unplanned, to
-// the byte), and the switch to the plan must not raise that peak (on the
-// H200, before loom's arena chunks were capped, it went to 36.90 and 36.74
-// GiB).
+// peaked where loom without a plan did then (measured.json's
+// loom_unplanned, to the byte; stitching idle arena chunks, added since,
+// holds less on llama1b: 38117834752 bytes), and the switch to the plan
+// must not raise the unplanned phase's peak (on the H200, before loom's
+// arena chunks were capped, it went to 36.90 and 36.74 GiB).
 TEST(AutoReplayTest, APlanNeverHurtsOnTheH200Traces) {
   const struct {
     const char* trace;
@@ -130,9 +135,10 @@ TEST(AutoReplayTest, APlanNeverHurtsOnTheH200Traces) {
     options.planned_iterations = 3;
     StatusOr<AutoReplayResult> r = ReplayAutoMode(w->trace, options);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->phases.unplanned_peak_reserved, c.unplanned_peak);
-    EXPECT_LE(r->phases.planned_peak_reserved, c.unplanned_peak);
-    EXPECT_EQ(r->replay.peak_reserved, c.unplanned_peak);
+    EXPECT_LE(r->phases.unplanned_peak_reserved, c.unplanned_peak);
+    EXPECT_LE(r->phases.planned_peak_reserved,
+              r->phases.unplanned_peak_reserved);
+    EXPECT_EQ(r->replay.peak_reserved, r->phases.unplanned_peak_reserved);
     EXPECT_EQ(r->stats.plan_misses, 0u);
     EXPECT_EQ(r->replay.steady_driver_calls.total(), 0u);
   }
