@@ -2,8 +2,8 @@
 // regularity of a trace (text or binary) or a MiniMalloc CSV instance.
 #include <cstdio>
 
-#include "cli/commands.h"
 #include "base/flags.h"
+#include "cli/commands.h"
 #include "plan/analysis/analysis.h"
 #include "plan/analysis/workload.h"
 

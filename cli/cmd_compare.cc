@@ -50,7 +50,7 @@ int RunCompare(const Args& args) {
   uint64_t frag_limit = 512 * whatif::kMiB;
   double reuse_limit = 10.0;
   int64_t samples = 4000;
-  bool check = false;
+  bool check = false, stitch = true;
   double loom_time_limit = 10;
   std::string loom_plan_csv;
   std::string rows_json;
@@ -97,6 +97,11 @@ int RunCompare(const Args& args) {
   flags.AddString("allocators", &allocators,
                   "comma-separated subset of pytorch,pytorch_expandable,"
                   "gmlake,loom,loom_unplanned (default: all)");
+  flags.AddBool("stitch", &stitch,
+                "loom's arena stitches idle chunks instead of growing past "
+                "its peak (from the second iteration; default on); "
+                "--no-stitch: the arena as the H200 measured it on "
+                "2026-11-26");
   flags.AddDouble("loom-time-limit", &loom_time_limit,
                   "seconds loom's planner may search (default 10)");
   flags.AddString("rows-json", &rows_json,
@@ -229,6 +234,7 @@ int RunCompare(const Args& args) {
   loom_row.plan_csv = loom_plan_csv;
   loom_row.plan_trace = plan_trace;
   loom_row.plan_from = whatif::DescribePlanSource(source, perturbed);
+  loom_row.stitch = stitch;
   factories.push_back(whatif::LoomAllocatorFactory(loom_row));
   loom_row.plan = false;
   factories.push_back(whatif::LoomAllocatorFactory(loom_row));

@@ -1,10 +1,10 @@
 // `loom info`: the driver backend, its devices, granularity and memory.
 #include <cstdio>
 
-#include "cli/commands.h"
 #include "base/flags.h"
 #include "base/json.h"
 #include "base/text.h"
+#include "cli/commands.h"
 #include "vmm/cuda_driver.h"
 #include "vmm/driver_factory.h"
 
@@ -108,8 +108,9 @@ int RunInfo(const Args& args) {
                 driver_version % 1000 / 10);
   }
   if (simulated) {
-    std::printf(" (simulated: no GPU; the devices and their memory are "
-                "--devices and --capacity, default 1 x 80 GiB)");
+    std::printf(
+        " (simulated: no GPU; the devices and their memory are "
+        "--devices and --capacity, default 1 x 80 GiB)");
   }
   std::printf("\ndevices: %d\n", *count);
   for (const vmm::DeviceProperties& p : props) {

@@ -9,16 +9,16 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.h"
 #include "base/flags.h"
 #include "base/json.h"
 #include "base/text.h"
+#include "cli/commands.h"
 #include "plan/make_plan.h"
-#include "whatif/workloads/load.h"
 #include "plan/planfile/plan_file.h"
 #include "plan/solver/minimalloc_csv.h"
 #include "plan/trace/trace_io.h"
 #include "whatif/loom/plan_check.h"
+#include "whatif/workloads/load.h"
 
 namespace loom::cli {
 namespace {

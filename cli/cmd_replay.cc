@@ -25,7 +25,7 @@ int RunReplay(const Args& args) {
   std::string input, plan_path, backend = "fake", scope = "auto";
   std::string plan_from, perturb_text, driver_costs;
   bool self_plan = false, check_data = false, check_invariants = false,
-       json = false, per_iteration = false, replan = false;
+       json = false, per_iteration = false, replan = false, stitch = true;
   uint64_t granularity = 0;  // 0: the trace's (plan::ResolveGranule)
   uint64_t capacity = 0;
   double time_limit = -1;  // default: 10 s (--self-plan), 20 s (--auto)
@@ -107,6 +107,10 @@ int RunReplay(const Args& args) {
                 "plan it made; default on); with --plan: only if the check "
                 "recorded in the file (loom plan writes it) says so, as plan "
                 "mode does; --no-check serves it anyway");
+  flags.AddBool("stitch", &stitch,
+                "stitch idle arena chunks instead of growing past the peak "
+                "(from the second iteration; default on); --no-stitch: the "
+                "arena as the H200 measured it on 2026-11-26");
   flags.AddBool("json", &json, "print JSON");
   if (auto exit = flags.Parse(args)) return *exit;
   auto fail = [](const Status& status) {
@@ -140,6 +144,7 @@ int RunReplay(const Args& args) {
     auto_options.check_data = check_data;
     auto_options.check_invariants = check_invariants;
     auto_options.check_plan = check_plan;
+    auto_options.stitch = stitch;
     return ReplayAuto(input, auto_options, json, costs);
   }
   if (static_cast<int>(!plan_path.empty()) + static_cast<int>(self_plan) +
@@ -188,6 +193,7 @@ int RunReplay(const Args& args) {
       capacity != 0 ? capacity : (backend == "host" ? uint64_t{80} << 30 : 0);
   options.check_data = check_data;
   options.names = workload->trace.names;
+  options.stitch = stitch;
   std::string plan_note =
       "none (record mode: everything from the dynamic space)";
   double plan_seconds = 0;
@@ -238,7 +244,7 @@ int RunReplay(const Args& args) {
     // recording it was made from, with and without it (plan_check.h).
     if (check_plan) {
       StatusOr<whatif::PlanCheck> checked = whatif::CheckPlanOnRecording(
-          *planning_trace, planned->runtime, granularity);
+          *planning_trace, planned->runtime, granularity, stitch);
       if (!checked.ok()) return fail(checked.status());
       check = *checked;
       plan_note += "; " + check->Summary();

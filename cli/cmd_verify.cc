@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.h"
 #include "base/flags.h"
 #include "base/json.h"
+#include "cli/commands.h"
 #include "plan/instance_input.h"
-#include "plan/solver/minimalloc_csv.h"
 #include "plan/planfile/plan_file.h"
+#include "plan/solver/minimalloc_csv.h"
 #include "plan/solver/verifier.h"
 
 namespace loom::cli {

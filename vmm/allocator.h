@@ -91,6 +91,11 @@ struct AllocatorOptions {
   // one line). Off for allocators that replay a recording on the side (the
   // plan check, whatif/loom/plan_check.h): their plans are not the run's.
   bool log_plan_loss = true;
+  // Stitch idle arena chunks (arena.h) instead of growing past the peak,
+  // from the run's second iteration on (lending_policy.h). Off: the arena
+  // as the H200 measured it on 2026-11-26 (`loom_tool compare/replay
+  // --no-stitch`).
+  bool stitch_idle_chunks = true;
 };
 
 // One piece of physical memory behind a live allocation.

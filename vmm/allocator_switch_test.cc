@@ -216,5 +216,52 @@ TEST(AllocatorSwitchTest, ASuspendedEarlyIterationGetsCappedChunks) {
   a->CheckInvariants();
 }
 
+// From the second iteration on, a request that would grow the pool past its
+// peak gets an idle arena chunk mapped a second time (stitched) instead of
+// new memory; with AllocatorOptions::stitch_idle_chunks off, or in the
+// first iteration, the pool grows.
+uint64_t PeakAfterAFreedPlaceIsOutgrown(bool stitch, int64_t iteration) {
+  auto d = Fake();
+  AllocatorOptions options;
+  options.arena_va_bytes = uint64_t{16} << 30;
+  options.stitch_idle_chunks = stitch;
+  auto a = std::move(Allocator::Create(*d, options)).value();
+  for (int64_t it = 0; it < iteration; ++it) {
+    a->IterationBegin(it);
+    a->IterationEnd(it);
+  }
+  a->IterationBegin(iteration);
+  StatusOr<DevicePtr> x = a->Allocate(2 * kChunk * kG, 0);  // two chunks
+  StatusOr<DevicePtr> y = a->Allocate(kG, 0);  // keeps x's place apart
+  EXPECT_TRUE(x.ok() && y.ok());
+  EXPECT_TRUE(a->Free(*x).ok());
+  const uint64_t creates = d->calls(DriverOp::kCreate);
+  // Three chunks' worth: x's place is too small for it.
+  StatusOr<DevicePtr> z = a->Allocate(3 * kChunk * kG, 0);
+  EXPECT_TRUE(z.ok());
+  const uint64_t created = d->calls(DriverOp::kCreate) - creates;
+  EXPECT_EQ(created, stitch && iteration >= 1 ? 1u : 3u);
+  a->CheckInvariants();
+  // x's place serves again once z is gone, with no call.
+  EXPECT_TRUE(a->Free(*z).ok());
+  const uint64_t calls = d->calls(DriverOp::kMap) + d->calls(DriverOp::kCreate);
+  StatusOr<DevicePtr> again = a->Allocate(2 * kChunk * kG, 0);
+  EXPECT_TRUE(again.ok());
+  EXPECT_EQ(*again, *x);
+  EXPECT_EQ(d->calls(DriverOp::kMap) + d->calls(DriverOp::kCreate), calls);
+  EXPECT_TRUE(a->Free(*again).ok());
+  EXPECT_TRUE(a->Free(*y).ok());
+  a->IterationEnd(iteration);
+  a->CheckInvariants();
+  return a->stats().reserved_bytes.peak;
+}
+
+TEST(AllocatorSwitchTest, FromTheSecondIterationIdleChunksAreStitched) {
+  const uint64_t grown = (5 * kChunk + 1) * kG;
+  EXPECT_EQ(PeakAfterAFreedPlaceIsOutgrown(true, 1), (3 * kChunk + 1) * kG);
+  EXPECT_EQ(PeakAfterAFreedPlaceIsOutgrown(true, 0), grown);
+  EXPECT_EQ(PeakAfterAFreedPlaceIsOutgrown(false, 1), grown);
+}
+
 }  // namespace
 }  // namespace loom::vmm

@@ -84,7 +84,8 @@ RequestContext Allocator::ContextFor(Stream stream, int64_t until,
     context.in_setup = active_->matcher.in_setup();
   }
   context.preferred = std::move(preferred);
-  context.stitch = stats_.iterations >= kStitchFromIteration;
+  context.stitch =
+      options_.stitch_idle_chunks && stats_.iterations >= kStitchFromIteration;
   return context;
 }
 

@@ -86,7 +86,6 @@ class HostDriver : public Driver {
   uint64_t HandleFileOffset(uint64_t handle) const;
 
  private:
-
   // First-fit allocation of `size` bytes of memfd offsets for a device.
   // REQUIRES: mu_ held.
   StatusOr<uint64_t> AllocateFileRange(int device, uint64_t size);

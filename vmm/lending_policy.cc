@@ -217,7 +217,7 @@ StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, uint32_t room,
     if (best.count > 0 && best_distance >= Needed()) return best;
   }
   // 3. Stitching: where a new chunk would raise the memory held above its
-  // peak, from the kStitchFromIteration-th iteration on, an idle chunk the
+  // peak, from the run's second iteration on, an idle chunk the
   // arena holds elsewhere is mapped here too (it stays mapped there; see
   // arena.h), the one idle the longest.
   // 4. Else a new chunk of what is wanted, at most kMaxNewChunkBytes (one

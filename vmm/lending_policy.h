@@ -79,17 +79,18 @@ struct RequestContext {
   // (a missed entry: idle for the lifetime the request takes over).
   std::vector<PageId> preferred;
   // Idle arena chunks may be stitched (mapped a second time) for it: from
-  // the run's kStitchFromIteration-th iteration on.
+  // the run's second iteration on (kStitchFromIteration).
   bool stitch = false;
 };
 
-// The iterations (markers seen) before the arena stitches idle chunks
-// instead of growing past its peak. Measured on the plan-miss suite
-// (bench/results/misses.md, eleventh session), every other rule as kept:
-// from the first request, 42 of 82 rows at target; from iteration 1, 57;
-// from iteration 2, 63 (57 with no stitching). The first iterations lay
-// out the dynamic space: chunks stitched there end up mapped at places the
-// next iteration wants back, and their requests grow the pool elsewhere.
+// The arena stitches idle chunks instead of growing past its peak once this
+// many iteration markers began (2: from the run's second iteration on; the
+// set-up and the first iteration lay out the dynamic space). Measured on the
+// plan-miss suite (bench/results/misses.md, eleventh session), every other
+// rule as kept: from the first request, 42 of 82 rows at target; from the
+// first iteration, 57; from the second, 63 (57 with no stitching). Chunks
+// stitched in the first iteration end up mapped at places the next
+// iteration wants back, and their requests grow the pool elsewhere.
 inline constexpr uint64_t kStitchFromIteration = 2;
 
 // Pages for static granules a planned allocation occupies for the first time

@@ -1,11 +1,12 @@
-// Reading a plan file (plan/planfile/plan_file.h) into the allocator's RuntimePlan.
+// Reading a plan file (plan/planfile/plan_file.h) into the allocator's
+// RuntimePlan.
 //
-// The plan must carry a request table (section REQS, plan/planfile/request_table.h):
-// plans made from traces do; plans made from bare CSV instances do not, and
-// are refused with a message saying so. The static region is the plan's
-// region rounded up to the device's granularity; each dynamic window's idle
-// granules are the whole granules (of the device's granularity) inside the
-// idle ranges the planner stored.
+// The plan must carry a request table (section REQS,
+// plan/planfile/request_table.h): plans made from traces do; plans made from
+// bare CSV instances do not, and are refused with a message saying so. The
+// static region is the plan's region rounded up to the device's granularity;
+// each dynamic window's idle granules are the whole granules (of the device's
+// granularity) inside the idle ranges the planner stored.
 #ifndef LOOM_VMM_PLAN_LOADER_H_
 #define LOOM_VMM_PLAN_LOADER_H_
 

@@ -46,7 +46,8 @@ def test_the_run_is_complete():
 
 @pytest.mark.parametrize("model", MODELS)
 def test_simulated_peaks_match_the_h200(model, loom_tool):
-    rows = compare(loom_tool, model)
+    # loom's arena as the H200 ran it: it did not stitch idle chunks yet.
+    rows = compare(loom_tool, model, "--no-stitch")
     measured = MEASURED["models"][model]["measured"]
     for allocator, real in measured.items():
         row = rows[allocator]
@@ -68,9 +69,14 @@ def test_simulated_peaks_match_the_h200(model, loom_tool):
 def test_planned_loom_holds_less_than_expandable_segments(model, loom_tool):
     rows = compare(loom_tool, model)
     loom = rows["loom"]
-    # Planned from the first iterations, measured on the whole trace.
+    # Planned from the first iterations, measured on the whole trace;
+    # served, or declined by its check where loom's stitching dynamic space
+    # holds less on the recording (moe: then loom is its unplanned self).
     assert loom["plan_from"].startswith("first ")
-    assert loom["counters"]["plan_hits"] > 0
+    assert loom["counters"]["plan_hits"] > 0 or (
+        loom["counters"]["plan_not_served"] == 1 and
+        loom["peak_reserved_bytes"] ==
+        rows["loom_unplanned"]["peak_reserved_bytes"])
     expandable = rows["pytorch_expandable"]["peak_reserved_bytes"]
     real = MEASURED["models"][model]["measured"]["pytorch_expandable"]
     assert loom["peak_reserved_bytes"] < expandable

@@ -41,14 +41,18 @@ def test_iterations_add_up_to_the_run(loom_tool):
     # is twice a 2048 one's at least. The first iteration does not fit the
     # plan (suspended); its re-plan would hold more than loom held then
     # (refused), so the plan loses in the next one, and the dynamic space,
-    # grown to the longest sequence, serves the rest without a call.
+    # grown to the longest sequence, serves the rest with no call but 7 in
+    # iteration 4 (since chunks are capped at 16 MiB under a plan too and
+    # the arena stitches: 598 calls in iteration 1 and none after before).
     peaks = [it["peak_allocated_bytes"] for it in its]
     assert peaks[1] > 1.5 * peaks[0]
     assert its[0]["plan_suspensions"] > 0 and its[0]["plan_hits"] > 0
     assert run["replans_refused"] == 1
     assert [it["plan_losses"] for it in its] == [0, 1, 0, 0, 0, 0, 0, 0]
     assert sum(it["plan_hits"] for it in its[1:]) == 0
-    assert sum(it["driver_calls"] for it in its[2:]) == 0
+    assert [it["driver_calls"] > 0 for it in its[2:]] == \
+        [False, False, True, False, False, False]
+    assert its[4]["driver_calls"] <= 8
 
 
 def test_table_has_a_line_per_iteration(loom_tool):

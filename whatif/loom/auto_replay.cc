@@ -56,8 +56,8 @@ StatusOr<AutoReplayResult> ReplayAutoMode(const plan::Trace& trace,
   out.plan_peak_bytes = planned->result.peak_bytes;
   // As libloom does before auto mode installs it.
   if (options.check_plan) {
-    StatusOr<PlanCheck> check =
-        CheckPlanOnRecording(recorded, planned->runtime, options.granularity);
+    StatusOr<PlanCheck> check = CheckPlanOnRecording(
+        recorded, planned->runtime, options.granularity, options.stitch);
     if (!check.ok()) return check.status();
     out.check = *check;
     out.declined = !check->earns_its_place;
@@ -70,6 +70,7 @@ StatusOr<AutoReplayResult> ReplayAutoMode(const plan::Trace& trace,
   loom.capacity = options.capacity;
   loom.check_data = options.check_data;
   loom.names = run.trace.names;
+  loom.stitch = options.stitch;
   if (!out.declined) {
     loom.switch_plan = std::move(planned->runtime);
     loom.switch_at = switch_at;

@@ -57,6 +57,7 @@ struct AutoReplayOptions {
   // loses there, as libloom does in auto mode; false: switch anyway (to
   // study what the plan does after the switch).
   bool check_plan = true;
+  bool stitch = true;  // LoomSimOptions::stitch (the plan check's too)
 };
 
 struct AutoReplayResult {

@@ -49,9 +49,10 @@ AllocatorFactory LoomAllocatorFactory(const LoomRowOptions& row) {
   const bool plan = row.plan;
   const std::string plan_csv = row.plan_csv;
   const std::shared_ptr<const plan::Trace> plan_trace = row.plan_trace;
+  const bool stitch = row.stitch;
   return AllocatorFactory{
       plan ? "loom" : "loom_unplanned",
-      [options, plan, plan_csv, plan_trace](
+      [options, plan, plan_csv, plan_trace, stitch](
           const plan::Trace& trace,
           const SimOptions& sim) -> StatusOr<std::unique_ptr<SimAllocator>> {
         LoomSimOptions loom;
@@ -59,6 +60,7 @@ AllocatorFactory LoomAllocatorFactory(const LoomRowOptions& row) {
         loom.granularity = options.granularity;
         loom.capacity = sim.capacity;
         loom.names = trace.names;
+        loom.stitch = stitch;
         std::vector<std::pair<std::string, uint64_t>> extra;
         if (plan) {
           auto start = std::chrono::steady_clock::now();
@@ -80,9 +82,9 @@ AllocatorFactory LoomAllocatorFactory(const LoomRowOptions& row) {
           // As the product does before serving a plan: replayed on the
           // recording it was made from, with and without it
           // (plan_check.h).
-          StatusOr<PlanCheck> check =
-              CheckPlanOnRecording(plan_trace != nullptr ? *plan_trace : trace,
-                                   planned->runtime, options.granularity);
+          StatusOr<PlanCheck> check = CheckPlanOnRecording(
+              plan_trace != nullptr ? *plan_trace : trace, planned->runtime,
+              options.granularity, stitch);
           if (!check.ok()) return check.status();
           extra.push_back(
               {"plan_check_planned_bytes", check->planned_peak_reserved});

@@ -25,6 +25,7 @@ struct LoomRowOptions {
   // The trace to plan from; null: the measured trace itself.
   std::shared_ptr<const plan::Trace> plan_trace;
   std::string plan_from;  // how reports name the plan's source
+  bool stitch = true;     // LoomSimOptions::stitch (the plan check's too)
 };
 
 AllocatorFactory LoomAllocatorFactory(const LoomRowOptions& options);

@@ -58,6 +58,7 @@ StatusOr<std::unique_ptr<LoomSimAllocator>> LoomSimAllocator::Create(
                         vmm::OpenDriver(a->options_.backend, driver_options));
   vmm::AllocatorOptions allocator_options;
   allocator_options.log_plan_loss = a->options_.log_plan_loss;
+  allocator_options.stitch_idle_chunks = a->options_.stitch;
   if (a->options_.switch_plan.has_value()) {
     if (a->options_.plan.has_value()) {
       return InvalidArgumentError(
@@ -234,7 +235,7 @@ SwitchReport LoomSimAllocator::switch_report() const {
 const MemoryStats& LoomSimAllocator::stats() const {
   vmm::AllocatorStats s = allocator_->stats();
   // Whole-run peaks: the phase before a switch counts too.
-  auto copy = [&](StatArray& to, vmm::Stat vmm::AllocatorStats::*field) {
+  auto copy = [&](StatArray& to, vmm::Stat vmm::AllocatorStats::* field) {
     const vmm::Stat& from = s.*field;
     Stat& all = to[StatType::kAll];
     all.current = static_cast<int64_t>(from.current);

@@ -60,6 +60,8 @@ struct LoomSimOptions {
   size_t record_capacity = 0;
   // vmm::AllocatorOptions::log_plan_loss.
   bool log_plan_loss = true;
+  // vmm::AllocatorOptions::stitch_idle_chunks.
+  bool stitch = true;
 };
 
 // The two phases of a replay with a switch: before it (unplanned, served by

@@ -19,11 +19,13 @@ namespace {
 
 // Serves `run` with `plan` installed from the start (switch_at < 0) or
 // before iteration `switch_at` begins, or without a plan; its peak
-// reserved and requested bytes.
+// reserved and requested bytes. `stitch`: LoomSimOptions::stitch.
 StatusOr<ReplayResult> ReplayWith(const plan::Trace& run,
                                   std::optional<vmm::RuntimePlan> plan,
-                                  int64_t switch_at, uint64_t granularity) {
+                                  int64_t switch_at, uint64_t granularity,
+                                  bool stitch) {
   LoomSimOptions options;
+  options.stitch = stitch;
   options.backend = "fake";
   options.granularity = granularity;
   options.names = run.names;
@@ -119,7 +121,7 @@ std::string WithPlanCheck(std::string_view report,
 
 StatusOr<PlanCheck> CheckPlanOnRecording(const plan::Trace& recording,
                                          const vmm::RuntimePlan& plan,
-                                         uint64_t granularity) {
+                                         uint64_t granularity, bool stitch) {
   PlanCheck check;
   const int64_t recorded = IterationsRecorded(recording);
   check.mid_run = !HasPersistent(plan) && recorded > 0;
@@ -137,11 +139,11 @@ StatusOr<PlanCheck> CheckPlanOnRecording(const plan::Trace& recording,
   const plan::Trace& run = extended.has_value() ? extended->trace : recording;
   const int64_t switch_at = check.mid_run ? recorded : -1;
   StatusOr<ReplayResult> planned =
-      ReplayWith(run, plan, switch_at, granularity);
+      ReplayWith(run, plan, switch_at, granularity, stitch);
   if (!planned.ok())
     return planned.status().WithContext("checking the plan (serving it)");
   StatusOr<ReplayResult> unplanned =
-      ReplayWith(run, std::nullopt, -1, granularity);
+      ReplayWith(run, std::nullopt, -1, granularity, stitch);
   if (!unplanned.ok())
     return unplanned.status().WithContext("checking the plan (without it)");
   check.planned_peak_reserved = planned->peak_reserved;

@@ -75,9 +75,11 @@ struct PlanCheck {
 // persistent buffer (see above). REQUIRES: `plan` was made from
 // `recording` (or a part of it) for that granularity. Errors: the replay's
 // (an invalid trace, a plan the allocator refuses).
+// `stitch`: vmm::AllocatorOptions::stitch_idle_chunks in both replays.
 StatusOr<PlanCheck> CheckPlanOnRecording(const plan::Trace& recording,
                                          const vmm::RuntimePlan& plan,
-                                         uint64_t granularity);
+                                         uint64_t granularity,
+                                         bool stitch = true);
 // The same for a plan file (as `loom plan` writes it), loaded as the run
 // time loads it, at the recorded device's granularity (the run time's) if
 // the recording has one, else `granularity` (the planner's).

@@ -44,7 +44,8 @@ PlanSource DefaultPlanSource(uint64_t iterations) {
   PlanSource source;
   if (iterations >= 2) {
     source.kind = PlanSource::Kind::kFirstIterations;
-    source.iterations = static_cast<int64_t>(std::min<uint64_t>(3, iterations - 1));
+    source.iterations =
+        static_cast<int64_t>(std::min<uint64_t>(3, iterations - 1));
   }
   return source;
 }
@@ -84,8 +85,7 @@ StatusOr<plan::Trace> PlanningTrace(const PlanSource& source,
 std::string DescribePlanSource(const PlanSource& source, bool perturbed) {
   switch (source.kind) {
     case PlanSource::Kind::kSelf:
-      return perturbed ? "the input before perturbation"
-                       : "own trace (oracle)";
+      return perturbed ? "the input before perturbation" : "own trace (oracle)";
     case PlanSource::Kind::kFirstIterations:
       return source.iterations == 1
                  ? std::string("first iteration")

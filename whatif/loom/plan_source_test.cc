@@ -40,8 +40,8 @@ TEST(PlanSourceTest, FirstIterationsCutsBeforeTheNextIterationBegins) {
   StatusOr<Workload> w = LoadWorkload("builtin:dense:layers=2,iterations=4");
   ASSERT_TRUE(w.ok());
   ASSERT_EQ(CountIterations(w->trace), 4u);
-  StatusOr<plan::Trace> first = PlanningTrace(*ParsePlanSource("first:2"),
-                                              w->trace);
+  StatusOr<plan::Trace> first =
+      PlanningTrace(*ParsePlanSource("first:2"), w->trace);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(CountIterations(*first), 2u);
   EXPECT_TRUE(plan::ValidateTrace(*first).ok());
@@ -51,9 +51,8 @@ TEST(PlanSourceTest, FirstIterationsCutsBeforeTheNextIterationBegins) {
     ASSERT_EQ(first->events[i], w->trace.events[i]) << i;
   }
   EXPECT_FALSE(PlanningTrace(*ParsePlanSource("first:4"), w->trace).ok());
-  StatusOr<plan::Trace> other =
-      PlanningTrace(*ParsePlanSource("builtin:dense:layers=2,seed=5"),
-                    w->trace);
+  StatusOr<plan::Trace> other = PlanningTrace(
+      *ParsePlanSource("builtin:dense:layers=2,seed=5"), w->trace);
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   EXPECT_NE(other->events.size(), 0u);
 }
