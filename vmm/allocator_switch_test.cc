@@ -4,7 +4,7 @@
 // those allocations hold after the switch is bounded by the arena's chunk
 // size (LendingPolicy::kMaxNewChunkBytes): a chunk with a live page cannot
 // go back, whole-handle mapping being all CUDA allows. The same cap serves
-// the warm-up requests a plan installed from the start left unplaced.
+// every arena request, with a plan too (a chunk is stitched only whole).
 #include <gtest/gtest.h>
 
 #include <vector>

@@ -85,20 +85,17 @@ Arena::Candidate Arena::Examine(uint64_t block, uint64_t bsize, uint64_t size,
       }
       // A page mapped at several places serves allocations at one of them
       // at a time, and never twice in one allocation.
-      if (pool_.page(page).arena_mappings > 1 &&
-          ((pool_.page(page).arena_users != 0 &&
-            pool_.page(page).arena_in_use_at != k) ||
-           std::find(stitched.begin(), stitched.end(), page) !=
-               stitched.end())) {
-        blocked = k;
-        break;
-      }
-      if (!policy.Usable(page, PieceLo(k, position), PieceHi(k, position, size),
+      const Page& p = pool_.page(page);
+      const bool several = p.arena_mappings > 1;
+      if ((several && ((p.arena_users != 0 && p.arena_in_use_at != k) ||
+                       std::find(stitched.begin(), stitched.end(), page) !=
+                           stitched.end())) ||
+          !policy.Usable(page, PieceLo(k, position), PieceHi(k, position, size),
                          stream, until)) {
         blocked = k;
         break;
       }
-      if (pool_.page(page).arena_mappings > 1) stitched.push_back(page);
+      if (several) stitched.push_back(page);
     }
     if (blocked == ~uint64_t{0}) {
       c.block = block;
@@ -147,7 +144,7 @@ Status Arena::UnmapMapping(uint64_t head) {
   ++unmaps_;
   const PageId chunk = granule_page_[head];
   mappings_.erase(it);
-  // The chunk's other mapping, if it is stitched in two places.
+  // Another mapping of the chunk, if it is stitched at several places.
   uint64_t other = kNoPlace;
   if (pool_.page(chunk).arena_mappings > 1) {
     for (const auto& [h, n] : mappings_) {
@@ -439,6 +436,7 @@ std::vector<std::pair<DevicePtr, uint64_t>> Arena::MappedRanges() const {
 void Arena::CheckInvariants() const {
   const uint64_t free_bytes = free_.CheckInvariants(va_bytes_, "arena");
   LOOM_CHECK_EQ(free_bytes + live_bytes_, va_bytes_);
+  std::map<PageId, uint32_t> mappings_of;  // of the pages mapped twice
   uint64_t mapped = 0;
   for (uint64_t k = 0; k < granule_page_.size(); ++k) {
     PageId id = granule_page_[k];
@@ -458,13 +456,9 @@ void Arena::CheckInvariants() const {
     LOOM_CHECK(page.static_users == 0 || page.arena_users == 0,
                "page of arena granule {} serves static and arena allocations",
                k);
+    if (page.arena_mappings > 1) ++mappings_of[id];
   }
   LOOM_CHECK_EQ(mapped, mapped_granules_);
-  std::map<PageId, uint32_t> mappings_of;  // of the pages mapped twice
-  for (uint64_t k = 0; k < granule_page_.size(); ++k) {
-    const PageId id = granule_page_[k];
-    if (id != kNoPage && pool_.page(id).arena_mappings > 1) ++mappings_of[id];
-  }
   for (const auto& [id, n] : mappings_of) {
     LOOM_CHECK_EQ(n, pool_.page(id).arena_mappings);
   }

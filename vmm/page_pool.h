@@ -55,9 +55,9 @@ struct Page {
   uint32_t index = 0;                    // its granule within that chunk
   uint32_t static_granule = kNoGranule;  // mapped there in the static region
   uint32_t arena_granule = kNoGranule;   // mapped there in the arena
-  // Arena mappings of the page: 1, or 2 when an idle chunk was also mapped
-  // into another place (Arena::StitchableChunk); arena_granule is one of
-  // them. A page mapped twice serves one place at a time.
+  // Arena mappings of the page: 1, or up to kMaxArenaMappings when its
+  // idle chunk was also mapped at other places (Arena::StitchableChunk);
+  // arena_granule is one of them. Such a page serves one place at a time.
   uint32_t arena_mappings = 0;
   uint32_t arena_in_use_at = kNoGranule;  // the granule of its arena_users
   uint64_t arena_freed_at = 0;  // Arena's clock at its last arena free
