@@ -22,6 +22,8 @@ AllocatorStats Allocator::stats() const {
   out.static_backed_bytes = region_ != nullptr ? region_->backed_bytes() : 0;
   out.arena_mapped_bytes = arena_->mapped_granules() * granularity_;
   out.arena_maps = arena_->maps();
+  out.stitched_pages = arena_->stitched_pages();
+  out.stitched_static_pages = arena_->stitched_static_pages();
   out.suspended_iterations = fit_.suspended_iterations();
   out.last_iteration_suspended = fit_.last_iteration_suspended();
   out.plan_verdict = PlanReferee::Name(referee_.verdict());

@@ -69,6 +69,8 @@ std::string AllocatorStats::ToJson() const {
   w.Key("loom.static_backed_bytes").Uint(static_backed_bytes);
   w.Key("loom.arena_mapped_bytes").Uint(arena_mapped_bytes);
   w.Key("loom.arena_maps").Uint(arena_maps);
+  w.Key("loom.stitched_pages").Uint(stitched_pages);
+  w.Key("loom.stitched_static_pages").Uint(stitched_static_pages);
   w.Key("loom.graph_pool_bytes").Uint(graph_pool_bytes);
   w.Key("loom.stream_events").Uint(stream_events);
   w.Key("loom.device_syncs").Uint(device_syncs);

@@ -100,7 +100,12 @@ struct AllocatorStats {
   uint64_t static_region_bytes = 0;
   uint64_t static_backed_bytes = 0;  // granules of the region backed so far
   uint64_t arena_mapped_bytes = 0;
-  uint64_t arena_maps = 0;        // granules mapped into the arena
+  uint64_t arena_maps = 0;  // granules mapped into the arena
+  // Pages mapped at one more place in the arena (stitched: an idle chunk
+  // mapped where a new one would raise the memory held above its peak),
+  // and of those, pages of the static region (idle static memory lent).
+  uint64_t stitched_pages = 0;
+  uint64_t stitched_static_pages = 0;
   uint64_t graph_pool_bytes = 0;  // freed by graph allocations, kept for them
   uint64_t stream_events = 0;     // events recorded at frees (several streams)
   uint64_t device_syncs = 0;      // waits for the device before an unmap

@@ -114,8 +114,7 @@ Status Arena::MapRun(uint64_t granule, PageRun run) {
     const Page& page = pool_.page(run.first + i);
     // Mapped nowhere in the arena, or (stitched) mapped once and idle.
     LOOM_CHECK(page.live && page.arena_mappings < kMaxArenaMappings &&
-               (page.arena_granule == kNoGranule ||
-                (page.arena_users == 0 && page.static_granule == kNoGranule)));
+               (page.arena_granule == kNoGranule || page.arena_users == 0));
   }
   LOOM_RETURN_IF_ERROR(pool_.MapRun(base_ + granule * granularity_, run));
   for (uint32_t i = 0; i < run.count; ++i) {
@@ -124,6 +123,7 @@ Status Arena::MapRun(uint64_t granule, PageRun run) {
       page.arena_granule = static_cast<uint32_t>(granule + i);
     } else {
       ++stitches_;
+      if (page.static_granule != kNoGranule) ++static_stitches_;
     }
     ++page.arena_mappings;
     granule_page_[granule + i] = run.first + i;
@@ -361,10 +361,7 @@ StatusOr<PageRun> Arena::StitchableChunk(
     if (length > room) continue;
     if (head + length > placing_first_ && head <= placing_last_) continue;
     const Page& first = pool_.page(granule_page_[head]);
-    if (first.arena_mappings >= kMaxArenaMappings ||
-        first.static_granule != kNoGranule) {
-      continue;
-    }
+    if (first.arena_mappings >= kMaxArenaMappings) continue;
     if (!MappingIdle(head, length)) continue;
     // The one idle the longest (freed first): a chunk freed lately is
     // likely to be wanted back where it is mapped.
@@ -381,8 +378,7 @@ StatusOr<PageRun> Arena::StitchableChunk(
     }
     bool ok = true;
     for (uint64_t k = head; k < head + length && ok; ++k) {
-      const Page& page = pool_.page(granule_page_[k]);
-      ok = page.static_granule == kNoGranule && usable(granule_page_[k]);
+      ok = usable(granule_page_[k]);
     }
     // Nor one with a page mapped in the place being mapped (through any of
     // its mappings, over any part of it).
@@ -448,8 +444,6 @@ void Arena::CheckInvariants() const {
                    page.arena_mappings >= 1 &&
                    page.arena_mappings <= kMaxArenaMappings,
                "arena granule {} page mismatch", k);
-    LOOM_CHECK(page.arena_mappings == 1 || page.static_granule == kNoGranule,
-               "static page {} mapped twice in the arena", id);
     LOOM_CHECK(
         page.arena_users == 0 || granule_page_[page.arena_in_use_at] == id,
         "page {} in use at a granule that does not map it", id);

@@ -38,9 +38,10 @@
 //
 // Invariants: free blocks never overlap or touch (they coalesce); live
 // allocations never overlap; a page is mapped in at most kMaxArenaMappings
-// arena granules (one for a page of a static granule), its live arena
-// allocations all at one of them (arena_in_use_at); a page's arena_users
-// equals the live arena allocations touching it.
+// arena granules (a static page lent to the arena too, besides its place
+// in the region), its live arena allocations all at one of them
+// (arena_in_use_at); a page's arena_users equals the live arena
+// allocations touching it.
 // Not thread-safe: the allocator serialises access.
 #ifndef LOOM_VMM_ARENA_H_
 #define LOOM_VMM_ARENA_H_
@@ -123,12 +124,15 @@ class Arena {
                                 const std::function<bool(PageId)>& wanted,
                                 const std::function<Status(PageId)>& prepare);
 
-  // An idle chunk to map a second time (stitch) over `wanted` unmapped
-  // granules with `room` after them: mapped once in the arena, in a
-  // mapping no live allocation touches, no page of it static, each page
-  // `usable` (no other stream's unfinished work); the largest of at most
-  // `wanted` pages, else the smallest of at most `room`. Never one mapped
-  // inside the Allocate in progress. Unmaps nothing. NOT_FOUND if none.
+  // An idle chunk to map once more (stitch) over `wanted` unmapped
+  // granules with `room` after them: mapped at fewer than
+  // kMaxArenaMappings places in the arena, in a mapping no live allocation
+  // touches, each page `usable` (the policy's say: no other stream's
+  // unfinished work, and for a static page lent to the arena, no static
+  // user and no planned use before the request ends); of at most `wanted`
+  // pages before one mapped past them, the one idle the longest. Never
+  // one mapped inside the Allocate in progress, nor one with a page mapped
+  // there. Unmaps nothing. NOT_FOUND if none.
   StatusOr<PageRun> StitchableChunk(
       uint32_t wanted, uint32_t room,
       const std::function<bool(PageId)>& usable) const;
@@ -158,6 +162,8 @@ class Arena {
   uint64_t unmaps() const { return unmaps_; }
   // Pages mapped a second time (stitched).
   uint64_t stitched_pages() const { return stitches_; }
+  // Of those, pages of a static granule (idle static memory lent).
+  uint64_t stitched_static_pages() const { return static_stitches_; }
 
   void CheckInvariants() const;
 
@@ -208,6 +214,7 @@ class Arena {
   uint64_t maps_ = 0;
   uint64_t unmaps_ = 0;
   uint64_t stitches_ = 0;
+  uint64_t static_stitches_ = 0;
   uint64_t clock_ = 0;  // frees so far (Page::arena_freed_at)
   static constexpr uint64_t kNoPlace = ~uint64_t{0};
   uint64_t mapped_extent_ = 0;  // one past the highest granule ever mapped

@@ -229,10 +229,12 @@ StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, uint32_t room,
                   1, kMaxNewChunkBytes / pool_.granularity())));
   if (context_.stitch && !pool_.FitsUnderPeak(pages)) {
     const uint32_t g = static_cast<uint32_t>(pool_.granularity());
-    StatusOr<PageRun> idle =
-        arena_.StitchableChunk(wanted, room, [&](PageId id) {
-          return FencesAllow(pool_.page(id), 0, g, stream, tracker_);
-        });
+    // A page of a static granule too (an idle static chunk lent to the
+    // arena before), as far as Usable lends it: its planned owner finds
+    // it free.
+    StatusOr<PageRun> idle = arena_.StitchableChunk(
+        wanted, room,
+        [&](PageId id) { return Usable(id, 0, g, stream, context_.until); });
     if (idle.ok()) return *idle;
   }
   pool_.ReleaseUnfencedSpareChunksFor(pages);

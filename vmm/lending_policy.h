@@ -21,7 +21,8 @@
 //  - Acquire's order: the entry's own pages, a spare chunk, the idle
 //    static chunk unused the longest (if long enough), an idle arena chunk
 //    stitched (mapped here too, where a new chunk would raise the memory
-//    held above its peak, from iteration kStitchFromIteration on), a new
+//    held above its peak, from iteration kStitchFromIteration on; a static
+//    chunk lent to the arena too, under the same lending test), a new
 //    chunk of the pages wanted, a chunk reclaimed from an idle arena mapping
 //    (after waiting for its work), and last any idle static chunk. Every
 //    answer is one whole chunk (CUDA maps whole handles only); a chunk

@@ -291,6 +291,8 @@ std::vector<std::pair<std::string, uint64_t>> LoomSimAllocator::Counters()
       {"region_reuses", s.region_reuses},
       {"persistent_placements", s.persistent_placements},
       {"arena_maps", s.arena_maps},
+      {"stitched_pages", s.stitched_pages},
+      {"stitched_static_pages", s.stitched_static_pages},
       {"static_region_bytes", s.static_region_bytes},
       {"static_backed_bytes", s.static_backed_bytes},
       {"iterations", s.iterations},

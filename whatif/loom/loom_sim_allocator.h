@@ -12,8 +12,10 @@
 // counted as corrupted.
 //
 // Counters(): plan_hits, plan_misses, unplanned, dynamic_requests,
-// dynamic_hits,
-// arena_maps, corrupted, iterations, and steady_driver_calls (driver calls
+// dynamic_hits, where the plan's region and the arena served (placements,
+// reuses, arena_maps, stitched_pages, stitched_static_pages), the plan's
+// variants and the referee's numbers, corrupted, iterations, and
+// steady_driver_calls (driver calls
 // during the last complete iteration, from its iteration-begin marker to its
 // iteration-end marker, re-planning at the boundary included: 0 for a
 // repeating workload once warm; the replay harness's steady state).
