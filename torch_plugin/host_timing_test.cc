@@ -1,12 +1,14 @@
 // The C ABI's instruments: sampled host time of loom_malloc / loom_free /
 // loom_record_stream, and the settings that choose the sampling and the
-// physical layout (max_chunk_pages), seen through loom_stats_json.
+// physical layout (max_chunk_pages) and the arena's stitching (stitch),
+// seen through loom_stats_json.
 #include "torch_plugin/host_timing.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "torch_plugin/loom_c_api.h"
 
@@ -79,14 +81,14 @@ TEST_F(HostTimingTest, ZeroTimesNothing) {
 TEST_F(HostTimingTest, BadSettingsAreRefusedAndChangeNothing) {
   // Settings persist from one configure call to the next.
   ASSERT_EQ(loom_configure("host_sample_every=8"), 0);
-  for (const char* bad :
-       {"host_sample_every=3", "host_sample_every=-1",
-        "host_sample_every=2097152", "host_sample_every=x", "max_chunk_pages=0",
-        "max_chunk_pages=513", "max_chunk_pages=1.5"}) {
+  for (const char* bad : {"host_sample_every=3", "host_sample_every=-1",
+                          "host_sample_every=2097152", "host_sample_every=x",
+                          "max_chunk_pages=0", "max_chunk_pages=513",
+                          "max_chunk_pages=1.5", "stitch=2", "stitch=yes"}) {
     EXPECT_EQ(loom_configure(bad), 1) << bad;  // INVALID_ARGUMENT
     const std::string error = loom_last_error();
-    EXPECT_NE(error.find(std::string(bad).substr(0, 10)), std::string::npos)
-        << error;
+    const std::string key(bad, std::string_view(bad).find('='));
+    EXPECT_NE(error.find(key.substr(0, 10)), std::string::npos) << error;
   }
   ASSERT_EQ(loom_configure("backend=fake;device_memory=64MiB"), 0);
   void* p = loom_malloc(kMiB, 0, nullptr);
@@ -114,6 +116,39 @@ TEST_F(HostTimingTest, MaxChunkPagesShapesTheHandles) {
   EXPECT_EQ(StatFromJson(json, "loom.layout.handle_size.8MiB.bytes"),
             uint64_t{8} << 20);
   loom_free(p, 7 * kMiB, 0, nullptr);
+}
+
+// stitch=1 (the default): from the second iteration on, a request that
+// would grow the pool past its peak gets idle chunks mapped a second time;
+// stitch=0: the pool grows.
+TEST_F(HostTimingTest, TheStitchSettingReachesTheArena) {
+  for (const bool stitch : {true, false}) {
+    ASSERT_EQ(loom_configure(stitch ? "backend=fake;device_memory=1GiB;"
+                                      "granularity=2MiB;stitch=1"
+                                    : "stitch=0"),
+              0)
+        << loom_last_error();
+    ASSERT_EQ(loom_init_device(0), 0) << loom_last_error();  // sees markers
+    loom_iteration_begin(0);
+    loom_iteration_end(0);
+    loom_iteration_begin(1);
+    void* x = loom_malloc(32 * kMiB, 0, nullptr);  // two 16 MiB chunks
+    void* y = loom_malloc(kMiB, 0, nullptr);       // keeps x's place apart
+    ASSERT_NE(x, nullptr);
+    ASSERT_NE(y, nullptr);
+    loom_free(x, 32 * kMiB, 0, nullptr);
+    void* z = loom_malloc(48 * kMiB, 0, nullptr);  // does not fit x's place
+    ASSERT_NE(z, nullptr);
+    const std::string json = Stats();
+    EXPECT_EQ(StatFromJson(json, "loom.stitched_pages"), stitch ? 16u : 0u);
+    EXPECT_EQ(StatFromJson(json, "reserved_bytes.all.peak"),
+              (stitch ? uint64_t{50} : uint64_t{82}) << 20);
+    loom_free(z, 48 * kMiB, 0, nullptr);
+    loom_free(y, kMiB, 0, nullptr);
+    loom_iteration_end(1);
+    ASSERT_EQ(loom_shutdown(), 0) << loom_last_error();
+  }
+  ASSERT_EQ(loom_configure("stitch=1"), 0);
 }
 
 }  // namespace

@@ -118,6 +118,12 @@ Status ParseSettings(std::string_view text, Settings& settings) {
                                     value);
       }
       out.replan = value == "1";
+    } else if (key == "stitch") {
+      if (value != "0" && value != "1") {
+        return InvalidArgumentError("setting stitch: '{}' is not 0 or 1",
+                                    value);
+      }
+      out.stitch = value == "1";
     } else if (key == "replan_time_limit") {
       std::optional<double> seconds = ParseNumber(value);
       if (!seconds || !(*seconds > 0) || *seconds > 3600) {
@@ -211,6 +217,7 @@ StatusOr<vmm::Allocator*> Runtime::AllocatorForLocked(int device) {
   options.memory_fraction = settings_.fraction;
   options.record_capacity = settings_.record;
   options.max_chunk_pages = settings_.max_chunk_pages;
+  options.stitch_idle_chunks = settings_.stitch;
   if (settings_.peers == "auto") {
     // Every device that can reach this one's memory gets access to it, as
     // PyTorch enables peer access between devices that support it.

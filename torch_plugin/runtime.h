@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "base/status.h"
 #include "autoplan/replanner.h"
+#include "base/status.h"
 #include "vmm/allocator.h"
 #include "vmm/driver.h"
 
@@ -40,6 +40,9 @@ struct Settings {
   double replan_time_limit = 5;  // planner seconds per re-plan
   // The largest physical handle, in granules (vmm::AllocatorOptions).
   uint32_t max_chunk_pages = 512;
+  // The arena stitches idle chunks instead of growing past its peak
+  // (vmm::AllocatorOptions::stitch_idle_chunks).
+  bool stitch = true;
   // One C ABI call in this many is timed (host_timing.h); 0 = none.
   uint32_t host_sample_every = 256;
 };

@@ -82,6 +82,11 @@ class Config:
     # Physical layout: the largest handle, in granules (1..512; 512 = up to
     # 1 GiB at CUDA's 2 MiB). Smaller handles: more handles and mappings.
     max_chunk_pages: int = MAX_CHUNK_PAGES
+    # From the second iteration on, where new memory would raise the memory
+    # held above its peak, the dynamic space maps an idle chunk it holds
+    # elsewhere a second time instead (stitching). False: it grows, as
+    # loom did on the H200 on 2026-11-26.
+    stitch: bool = True
     # One C ABI call in this many is timed ("loom.host.*" in memory_stats);
     # 0 = none, else a power of two.
     host_sample_every: int = DEFAULT_HOST_SAMPLE_EVERY
@@ -225,6 +230,7 @@ _OPTIONS = {
     "max_chunk_pages": lambda v: _int(v, "max_chunk_pages", 1,
                                       MAX_CHUNK_PAGES),
     "host_sample_every": _sample_every,
+    "stitch": lambda v: _bool(v, "stitch"),
 }
 _HOST_ONLY = ("granularity", "device_memory", "devices")
 
@@ -299,6 +305,7 @@ def settings_string(config, device_count=None, plan=None):
         ("replan", 1 if config.replan else 0),
         ("max_chunk_pages", config.max_chunk_pages),
         ("host_sample_every", config.host_sample_every),
+        ("stitch", 1 if config.stitch else 0),
     ]
     time_limit = config.plan_options.get("time_limit")
     if config.replan and time_limit is not None:

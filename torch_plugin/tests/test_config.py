@@ -116,22 +116,22 @@ def test_settings_name_every_key_so_nothing_leaks_from_a_previous_configure():
     assert config.settings_string(cfg) == (
         "backend=host;granularity=65536;device_memory=1073741824;devices=1;"
         "cap=268435456;fraction=0.5;record=1000;plan=;replan=0;"
-        "max_chunk_pages=512;host_sample_every=256")
+        "max_chunk_pages=512;host_sample_every=256;stitch=1")
     plan = config.parse_config("plan", plan="/p/plan.rank0.lplan")
     text = config.settings_string(plan, plan=plan.plan)
     assert text.startswith("backend=cuda;granularity=2097152;"
                            "device_memory=85899345920;devices=1;cap=0;")
     assert text.endswith(";record=0;plan=/p/plan.rank0.lplan;replan=0;"
-                         "max_chunk_pages=512;host_sample_every=256")
+                         "max_chunk_pages=512;host_sample_every=256;stitch=1")
     # Auto mode re-plans shapes its plan does not fit, with the planner's
     # time limit; plan mode only when asked; record mode cannot.
     auto = config.parse_config("auto", plan_options={"time_limit": 2})
     assert config.settings_string(auto).endswith(
-        ";replan=1;max_chunk_pages=512;host_sample_every=256;"
+        ";replan=1;max_chunk_pages=512;host_sample_every=256;stitch=1;"
         "replan_time_limit=2.0")
     assert config.settings_string(config.parse_config(
         "plan", plan="p.lplan", replan=True)).endswith(
-            ";replan=1;max_chunk_pages=512;host_sample_every=256")
+            ";replan=1;max_chunk_pages=512;host_sample_every=256;stitch=1")
     assert not config.parse_config("auto", replan=False).replan
     with pytest.raises(LoomError, match="replan applies to modes"):
         config.parse_config("record", replan=True)
@@ -160,6 +160,12 @@ def test_physical_layout_and_host_timing_options():
     for bad in (3, -1, 1 << 21, 1.0):
         with pytest.raises(LoomError, match="host_sample_every"):
             config.parse_config("auto", host_sample_every=bad)
+    # Stitching idle chunks: on unless turned off.
+    assert config.parse_config("auto").stitch
+    off = config.parse_config("record", stitch=False)
+    assert config.settings_string(off).endswith(";stitch=0")
+    with pytest.raises(LoomError, match="stitch: expected True or False"):
+        config.parse_config("auto", stitch=1)
 
 
 def test_rank_info_from_torchrun_variables():
