@@ -47,6 +47,14 @@ StatusOr<uint64_t> ParseBytes(std::string_view key, std::string_view value) {
   return number << shift;
 }
 
+// A switch: "0" or "1".
+StatusOr<bool> ParseSwitch(std::string_view key, std::string_view value) {
+  if (value != "0" && value != "1") {
+    return InvalidArgumentError("setting {}: '{}' is not 0 or 1", key, value);
+  }
+  return value == "1";
+}
+
 // `value` read whole as a decimal number (nullopt: empty or not a number).
 std::optional<double> ParseNumber(std::string_view value) {
   const std::string copy(value);
@@ -113,17 +121,9 @@ Status ParseSettings(std::string_view text, Settings& settings) {
     } else if (key == "plan") {
       out.plan = std::string(value);
     } else if (key == "replan") {
-      if (value != "0" && value != "1") {
-        return InvalidArgumentError("setting replan: '{}' is not 0 or 1",
-                                    value);
-      }
-      out.replan = value == "1";
+      LOOM_ASSIGN_OR_RETURN(out.replan, ParseSwitch(key, value));
     } else if (key == "stitch") {
-      if (value != "0" && value != "1") {
-        return InvalidArgumentError("setting stitch: '{}' is not 0 or 1",
-                                    value);
-      }
-      out.stitch = value == "1";
+      LOOM_ASSIGN_OR_RETURN(out.stitch, ParseSwitch(key, value));
     } else if (key == "replan_time_limit") {
       std::optional<double> seconds = ParseNumber(value);
       if (!seconds || !(*seconds > 0) || *seconds > 3600) {

@@ -70,8 +70,7 @@ std::vector<PhysicalExtent> Allocator::ExtentsLocked(
 MemoryBreakdown Allocator::Breakdown() const {
   std::lock_guard<FutexMutex> lock(mu_);
   MemoryBreakdown out;
-  std::vector<PageId> idle = arena_->IdlePages();
-  std::sort(idle.begin(), idle.end());
+  const std::vector<PageId> idle = arena_->IdlePages();  // sorted
   for (PageId id = 0; id < pool_.slots(); ++id) {
     const Page& p = pool_.page(id);
     if (!p.live) continue;

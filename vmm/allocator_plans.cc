@@ -246,8 +246,7 @@ uint64_t Allocator::PersistentFloor() const {
 uint64_t Allocator::VariantHeldBytes(uint64_t lo, uint64_t hi) const {
   std::vector<PageId> pinned;
   // Arena mappings with a live user stay mapped whole (a chunk maps whole).
-  std::vector<PageId> idle = arena_->IdlePages();
-  std::sort(idle.begin(), idle.end());
+  const std::vector<PageId> idle = arena_->IdlePages();  // sorted
   for (const auto& [address, bytes] : arena_->MappedRanges()) {
     for (uint64_t at = address; at < address + bytes; at += granularity_) {
       const PageId page = arena_->PageAt(at);

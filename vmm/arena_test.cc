@@ -253,6 +253,12 @@ std::vector<PageId> PagesOf(const Arena& arena, DevicePtr ptr,
   return out;
 }
 
+// True when no page appears twice in `pages`.
+bool AllDistinct(std::vector<PageId> pages) {
+  std::sort(pages.begin(), pages.end());
+  return std::adjacent_find(pages.begin(), pages.end()) == pages.end();
+}
+
 TEST_F(ArenaFixture, AnIdleChunkIsStitchedWhereANewOneWouldGo) {
   policy.chunk_pages = 2;
   DevicePtr a = *arena->Allocate(2 * kG, 0, -1, policy);  // one chunk of 2
@@ -299,10 +305,7 @@ TEST_F(ArenaFixture, AnIdleChunkIsStitchedWhereANewOneWouldGo) {
   if (reclaimed.ok()) EXPECT_NE(reclaimed->first, a_pages[0]);
   arena->Free(b, kG, FreeTag{});
   arena->Free(d, 2 * kG, FreeTag{});
-  std::vector<PageId> unmapped = *arena->UnmapIdle();
-  std::sort(unmapped.begin(), unmapped.end());
-  EXPECT_EQ(std::adjacent_find(unmapped.begin(), unmapped.end()),
-            unmapped.end());
+  EXPECT_TRUE(AllDistinct(*arena->UnmapIdle()));
   EXPECT_EQ(pool.page(a_pages[0]).arena_mappings, 0u);
   EXPECT_TRUE(pool.page(a_pages[0]).spare());
   EXPECT_EQ(driver.contract_counts().mappings, 0u);
@@ -320,9 +323,7 @@ TEST_F(ArenaFixture, NoAllocationMapsOnePageTwice) {
   DevicePtr c = *arena->Allocate(4 * kG, 0, -1, policy);
   EXPECT_EQ(c, a);
   EXPECT_EQ(policy.stitched, 0);
-  std::vector<PageId> pages = PagesOf(*arena, c, 4);
-  std::sort(pages.begin(), pages.end());
-  EXPECT_EQ(std::adjacent_find(pages.begin(), pages.end()), pages.end());
+  EXPECT_TRUE(AllDistinct(PagesOf(*arena, c, 4)));
   arena->CheckInvariants();
   arena->Free(c, 4 * kG, FreeTag{});
 }
@@ -347,9 +348,7 @@ TEST_F(ArenaFixture, NoAllocationMapsOnePageTwiceThroughAnotherMapping) {
   DevicePtr w = *arena->Allocate(8 * kG, 0, -1, policy);
   EXPECT_EQ(w, z + kG);
   EXPECT_EQ(policy.stitched, 1);
-  std::vector<PageId> pages = PagesOf(*arena, w, 8);
-  std::sort(pages.begin(), pages.end());
-  EXPECT_EQ(std::adjacent_find(pages.begin(), pages.end()), pages.end());
+  EXPECT_TRUE(AllDistinct(PagesOf(*arena, w, 8)));
   arena->CheckInvariants();
   arena->Free(w, 8 * kG, FreeTag{});
   arena->Free(y, kG, FreeTag{});
