@@ -540,13 +540,19 @@ Status Allocator::EmptyCacheLocked() {
   // Every page about to be unmapped or released: the idle arena granules'
   // and the spare ones. Work queued before their frees may still touch
   // them: wait for it first (PyTorch synchronises before it frees too).
+  // A stitched chunk's places that serve nothing while it serves at
+  // another are unmapped too: they hold address space only, which a
+  // request that found no place needs.
   std::vector<PageId> pages = arena_->IdlePages();
+  const std::vector<PageId> elsewhere = arena_->BusyElsewherePages();
+  pages.insert(pages.end(), elsewhere.begin(), elsewhere.end());
   for (PageId id = 0; id < pool_.slots(); ++id) {
     if (pool_.page(id).spare()) pages.push_back(id);
   }
   LOOM_RETURN_IF_ERROR(DrainPages(pages, WaitSite::kEmptyCache));
   LOOM_ASSIGN_OR_RETURN(std::vector<PageId> unmapped, arena_->UnmapIdle());
   (void)unmapped;
+  LOOM_RETURN_IF_ERROR(arena_->UnmapBusyElsewhere());
   // Whole spare chunks go back; a chunk with a page still mapped stays.
   Status result = pool_.ReleaseSpareChunks();
   UpdateReserved();

@@ -419,6 +419,50 @@ TEST(AllocatorTest, ManyThreadsAtOnce) {
   EXPECT_EQ(a->stats().allocated_bytes.current, 0u);
 }
 
+// Stitching spends virtual address space: a chunk stays mapped at every
+// place it was stitched to (up to kMaxArenaMappings). When the arena has no
+// place left, the OOM retry unmaps the idle mappings and the request is
+// served, the live allocations' bytes intact.
+TEST(AllocatorTest, AnArenaFullOfStitchedMappingsMakesRoomOnRetry) {
+  auto d = Host();
+  AllocatorOptions options;
+  options.arena_va_bytes = 4 * kG;
+  auto a = Make(*d, options);
+  for (uint64_t it = 0; it < kStitchFromIteration; ++it) {
+    a->IterationBegin(it);
+    a->IterationEnd(it);
+  }
+  a->IterationBegin(kStitchFromIteration);
+  DevicePtr x = *a->Allocate(kG, 0);     // granule 0, a chunk of one page
+  DevicePtr wall = *a->Allocate(kG, 0);  // granule 1
+  ASSERT_TRUE(a->Free(x).ok());
+  // Two granules do not fit x's place: x's idle chunk is mapped again at
+  // granule 2 (above the peak, stitched), one new page at 3.
+  DevicePtr y = *a->Allocate(2 * kG, 0);
+  EXPECT_EQ(y, x + 2 * kG);
+  EXPECT_EQ(a->stats().stitched_pages, 1u);
+  Stamp(*d, wall, kG, 0x11);
+  Stamp(*d, y, 2 * kG, 0x22);
+  // The only free place is granule 0, whose page serves y at granule 2:
+  // unusable. The retry unmaps that idle mapping and maps a new page there.
+  const uint64_t unmaps = d->calls(DriverOp::kUnmap);
+  StatusOr<DevicePtr> z = a->Allocate(kG, 0);
+  ASSERT_TRUE(z.ok()) << z.status().ToString();
+  EXPECT_EQ(*z, x);
+  EXPECT_EQ(a->stats().num_alloc_retries, 1u);
+  EXPECT_EQ(a->stats().num_ooms, 0u);
+  EXPECT_EQ(d->calls(DriverOp::kUnmap), unmaps + 1);
+  Stamp(*d, *z, kG, 0x33);
+  ExpectStamp(*d, wall, kG, 0x11);
+  ExpectStamp(*d, y, 2 * kG, 0x22);
+  a->CheckInvariants();
+  for (DevicePtr p : {*z, wall, y}) ASSERT_TRUE(a->Free(p).ok());
+  a->IterationEnd(kStitchFromIteration);
+  ASSERT_TRUE(a->EmptyCache().ok());
+  EXPECT_EQ(d->contract_counts().handles, 0u);
+  EXPECT_EQ(d->contract_counts().mappings, 0u);
+}
+
 TEST(AllocatorTest, StatsJsonHasTorchKeys) {
   auto d = Host();
   auto a = Make(*d);

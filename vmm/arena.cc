@@ -174,6 +174,14 @@ bool Arena::MappingIdle(uint64_t head, uint64_t length) const {
   return true;
 }
 
+bool Arena::PlaceIdle(uint64_t head, uint64_t length) const {
+  for (uint64_t k = head; k < head + length; ++k) {
+    const Page& page = pool_.page(granule_page_[k]);
+    if (page.arena_users != 0 && page.arena_in_use_at == k) return false;
+  }
+  return true;
+}
+
 void Arena::UnmapFresh(const std::vector<uint64_t>& heads) {
   for (uint64_t head : heads) {
     Status undo = UnmapMapping(head);
@@ -413,6 +421,29 @@ StatusOr<std::vector<PageId>> Arena::UnmapIdle() {
     for (uint64_t i = 0; i < length; ++i) unmapped.push_back(first + i);
   }
   return unmapped;
+}
+
+std::vector<PageId> Arena::BusyElsewherePages() const {
+  std::vector<PageId> out;
+  for (const auto& [head, length] : mappings_) {
+    if (MappingIdle(head, length) || !PlaceIdle(head, length)) continue;
+    for (uint64_t k = head; k < head + length; ++k) {
+      out.push_back(granule_page_[k]);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Status Arena::UnmapBusyElsewhere() {
+  std::vector<uint64_t> heads;
+  for (const auto& [head, length] : mappings_) {
+    if (!MappingIdle(head, length) && PlaceIdle(head, length))
+      heads.push_back(head);
+  }
+  for (uint64_t head : heads) LOOM_RETURN_IF_ERROR(UnmapMapping(head));
+  return OkStatus();
 }
 
 std::vector<std::pair<DevicePtr, uint64_t>> Arena::MappedRanges() const {

@@ -61,8 +61,13 @@
 namespace loom::vmm {
 
 inline constexpr uint64_t kArenaAlignment = 512;
-// The most places one page is mapped at in the arena (stitching).
-inline constexpr uint32_t kMaxArenaMappings = 4;
+// The most places one page is mapped at in the arena (stitching). Each
+// place is virtual address space only (the arena reserves twice the
+// device's memory; a request that finds no place unmaps the idle mappings
+// and tries again). 16, not 4: qwen3_moe_interleaved's small experts left
+// idle chunks that had reached 4 places while the pool grew beside them
+// (bench/results/misses.md, thirteenth session).
+inline constexpr uint32_t kMaxArenaMappings = 16;
 
 class Arena {
  public:
@@ -145,6 +150,15 @@ class Arena {
   // cleared). REQUIRES:
   // the work that may still use them is done (the caller waits first).
   StatusOr<std::vector<PageId>> UnmapIdle();
+  // The pages of the mappings that serve no live allocation while their
+  // chunk serves one at another of its places (stitched): such a mapping
+  // holds address space only. Each once, sorted.
+  std::vector<PageId> BusyElsewherePages() const;
+  // Unmaps those mappings, one call each (their pages stay mapped where
+  // they serve): the address space a stitched chunk took is free again.
+  // REQUIRES: the work that may still use their granules is done (the
+  // caller waits first).
+  Status UnmapBusyElsewhere();
 
   bool Contains(DevicePtr ptr) const {
     return ptr >= base_ && ptr < base_ + va_bytes_;
@@ -197,6 +211,9 @@ class Arena {
   Status UnmapMapping(uint64_t head);
   // True when no granule of the mapping at `head` serves a live allocation.
   bool MappingIdle(uint64_t head, uint64_t length) const;
+  // No live allocation at this mapping's own granules (its pages may serve
+  // one at another place).
+  bool PlaceIdle(uint64_t head, uint64_t length) const;
   // Unmaps mappings made by the Allocate in progress (on its failure).
   void UnmapFresh(const std::vector<uint64_t>& heads);
 

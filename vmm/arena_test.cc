@@ -312,6 +312,51 @@ TEST_F(ArenaFixture, AnIdleChunkIsStitchedWhereANewOneWouldGo) {
   arena->CheckInvariants();
 }
 
+TEST_F(ArenaFixture, AChunkIsStitchedAtMostKMaxArenaMappingsPlaces) {
+  arena.reset();
+  arena = std::move(Arena::Create(driver, pool, 0, 1024 * kG)).value();
+  DevicePtr a = *arena->Allocate(kG, 0, -1, policy);  // a chunk of one page
+  DevicePtr blocker = *arena->Allocate(kG, 0, -1, policy);
+  std::vector<DevicePtr> blockers = {blocker};
+  const PageId a_page = arena->PageAt(a);
+  arena->Free(a, kG, FreeTag{});
+  policy.stitch_from = arena.get();
+  // Requests ever larger, each walled in by a live blocker so no later one
+  // fits its place: each maps a's idle chunk at its start again (the other
+  // pages are new, and never stitched: busy), until the chunk has
+  // kMaxArenaMappings places; the pool grows from then on.
+  for (uint32_t i = 1; i <= kMaxArenaMappings + 2; ++i) {
+    SCOPED_TRACE(i);
+    const uint64_t size = (i + 1) * kG;
+    const int stitched = policy.stitched;
+    const size_t held = pool.live_pages();
+    DevicePtr x = *arena->Allocate(size, 0, -1, policy);
+    const std::vector<PageId> pages = PagesOf(*arena, x, i + 1);
+    for (PageId page : pages) {
+      if (page != a_page) policy.busy.insert(page);
+    }
+    if (i < kMaxArenaMappings) {
+      EXPECT_EQ(policy.stitched, stitched + 1);
+      EXPECT_EQ(pages[0], a_page);
+      EXPECT_EQ(pool.live_pages(), held + i);
+    } else {
+      EXPECT_EQ(policy.stitched, stitched);
+      EXPECT_EQ(std::count(pages.begin(), pages.end(), a_page), 0);
+      EXPECT_EQ(pool.live_pages(), held + i + 1);
+    }
+    EXPECT_LE(pool.page(a_page).arena_mappings, kMaxArenaMappings);
+    blockers.push_back(*arena->Allocate(kG, 0, -1, policy));
+    arena->Free(x, size, FreeTag{});
+    arena->CheckInvariants();
+  }
+  EXPECT_EQ(pool.page(a_page).arena_mappings, kMaxArenaMappings);
+  for (DevicePtr b : blockers) arena->Free(b, kG, FreeTag{});
+  EXPECT_TRUE(AllDistinct(*arena->UnmapIdle()));
+  EXPECT_EQ(pool.page(a_page).arena_mappings, 0u);
+  EXPECT_EQ(driver.contract_counts().mappings, 0u);
+  arena->CheckInvariants();
+}
+
 TEST_F(ArenaFixture, NoAllocationMapsOnePageTwice) {
   // An idle chunk at the start of a free block, unmapped granules after
   // it: a request over both must not be given that chunk again for the
@@ -387,6 +432,7 @@ TEST_F(ArenaFixture, AChunkMappedTwiceServesOnePlaceAtATime) {
 // allocations share a byte of physical memory (through any mapping) and the
 // arena's invariants hold.
 TEST_F(ArenaFixture, RandomProgramsWithStitchingNeverShareABytePhysically) {
+  size_t unmapped_elsewhere = 0;
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937 rng(seed);
@@ -410,8 +456,17 @@ TEST_F(ArenaFixture, RandomProgramsWithStitchingNeverShareABytePhysically) {
         const size_t i = rng() % live.size();
         arena->Free(live[i].ptr, live[i].size, FreeTag{});
         live.erase(live.begin() + static_cast<long>(i));
-      } else {
+      } else if (rng() % 2 == 0) {
         (void)*arena->UnmapIdle();
+      } else {
+        // A stitched chunk's places that serve nothing while it serves at
+        // another: unmapped, the live allocations untouched.
+        const std::vector<PageId> elsewhere = arena->BusyElsewherePages();
+        ASSERT_TRUE(arena->UnmapBusyElsewhere().ok());
+        for (PageId page : elsewhere) {
+          EXPECT_GT(pool.page(page).arena_mappings, 0u);
+        }
+        unmapped_elsewhere += elsewhere.size();
       }
       // (page, first byte, end) of every live allocation, 512 B rounded.
       std::vector<std::tuple<PageId, uint64_t, uint64_t>> pieces;
@@ -440,6 +495,7 @@ TEST_F(ArenaFixture, RandomProgramsWithStitchingNeverShareABytePhysically) {
     arena->CheckInvariants();
   }
   EXPECT_GT(policy.stitched, 0);
+  EXPECT_GT(unmapped_elsewhere, 0u);
 }
 
 // A policy that hands out more pages than asked is a bug.
