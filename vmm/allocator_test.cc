@@ -421,8 +421,9 @@ TEST(AllocatorTest, ManyThreadsAtOnce) {
 
 // Stitching spends virtual address space: a chunk stays mapped at every
 // place it was stitched to (up to kMaxArenaMappings). When the arena has no
-// place left, the OOM retry unmaps the idle mappings and the request is
-// served, the live allocations' bytes intact.
+// place left, the OOM retry unmaps the places that serve nothing (a chunk
+// in use at another of its places included) and the request is served, the
+// live allocations' bytes intact.
 TEST(AllocatorTest, AnArenaFullOfStitchedMappingsMakesRoomOnRetry) {
   auto d = Host();
   AllocatorOptions options;

@@ -423,10 +423,14 @@ StatusOr<std::vector<PageId>> Arena::UnmapIdle() {
   return unmapped;
 }
 
+bool Arena::BusyElsewhere(uint64_t head, uint64_t length) const {
+  return !MappingIdle(head, length) && PlaceIdle(head, length);
+}
+
 std::vector<PageId> Arena::BusyElsewherePages() const {
   std::vector<PageId> out;
   for (const auto& [head, length] : mappings_) {
-    if (MappingIdle(head, length) || !PlaceIdle(head, length)) continue;
+    if (!BusyElsewhere(head, length)) continue;
     for (uint64_t k = head; k < head + length; ++k) {
       out.push_back(granule_page_[k]);
     }
@@ -439,8 +443,7 @@ std::vector<PageId> Arena::BusyElsewherePages() const {
 Status Arena::UnmapBusyElsewhere() {
   std::vector<uint64_t> heads;
   for (const auto& [head, length] : mappings_) {
-    if (!MappingIdle(head, length) && PlaceIdle(head, length))
-      heads.push_back(head);
+    if (BusyElsewhere(head, length)) heads.push_back(head);
   }
   for (uint64_t head : heads) LOOM_RETURN_IF_ERROR(UnmapMapping(head));
   return OkStatus();

@@ -214,6 +214,8 @@ class Arena {
   // No live allocation at this mapping's own granules (its pages may serve
   // one at another place).
   bool PlaceIdle(uint64_t head, uint64_t length) const;
+  // Its place serves nothing while its pages serve at another place.
+  bool BusyElsewhere(uint64_t head, uint64_t length) const;
   // Unmaps mappings made by the Allocate in progress (on its failure).
   void UnmapFresh(const std::vector<uint64_t>& heads);
 
