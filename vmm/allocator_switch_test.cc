@@ -263,5 +263,38 @@ TEST(AllocatorSwitchTest, FromTheSecondIterationIdleChunksAreStitched) {
   EXPECT_EQ(PeakAfterAFreedPlaceIsOutgrown(false, 1), grown);
 }
 
+// Before the second iteration, only a request of kStitchEarlyBytes or more
+// stitches: it outgrows a freed place by an idle chunk's worth, mapped
+// there again, where a smaller one grows the pool.
+uint64_t CreatedForAnOutgrownPlaceInTheSetUp(uint64_t place_bytes) {
+  auto d = Fake();
+  AllocatorOptions options;
+  options.arena_va_bytes = uint64_t{16} << 30;
+  auto a = std::move(Allocator::Create(*d, options)).value();
+  StatusOr<DevicePtr> x = a->Allocate(place_bytes, 0);
+  StatusOr<DevicePtr> wall = a->Allocate(kG, 0);
+  EXPECT_TRUE(x.ok() && wall.ok());
+  EXPECT_TRUE(a->Free(*x).ok());
+  const uint64_t creates = d->calls(DriverOp::kCreate);
+  StatusOr<DevicePtr> z = a->Allocate(place_bytes + kChunk * kG, 0);
+  EXPECT_TRUE(z.ok());
+  const uint64_t created = d->calls(DriverOp::kCreate) - creates;
+  a->CheckInvariants();
+  EXPECT_TRUE(a->Free(*z).ok());
+  EXPECT_TRUE(a->Free(*wall).ok());
+  return created;
+}
+
+TEST(AllocatorSwitchTest, LargeRequestsStitchFromTheFirstRequest) {
+  const uint64_t large =
+      (kStitchEarlyBytes + kChunk * kG - 1) / (kChunk * kG) * (kChunk * kG);
+  // x's chunks are mapped again at z's start; one new chunk after them.
+  EXPECT_EQ(CreatedForAnOutgrownPlaceInTheSetUp(large), 1u);
+  // Below the threshold, the pool grows for all of z.
+  const uint64_t small = 2 * kChunk * kG;
+  ASSERT_LT(small + kChunk * kG, kStitchEarlyBytes);
+  EXPECT_EQ(CreatedForAnOutgrownPlaceInTheSetUp(small), 3u);
+}
+
 }  // namespace
 }  // namespace loom::vmm

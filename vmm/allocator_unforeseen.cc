@@ -170,8 +170,8 @@ std::optional<DevicePtr> Allocator::PlaceInIdleRegion(uint64_t size,
 StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
                                                int64_t until,
                                                std::vector<PageId> preferred) {
-  const RequestContext context =
-      ContextFor(stream, until, std::move(preferred));
+  RequestContext context = ContextFor(stream, until, std::move(preferred));
+  context.stitch |= options_.stitch_idle_chunks && size >= kStitchEarlyBytes;
   const PlanSchedule* plan_schedule = schedule();
   LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), plan_schedule,
                        context, [this] { UpdateReserved(); });

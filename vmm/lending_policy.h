@@ -93,6 +93,14 @@ struct RequestContext {
 // stitched in the first iteration end up mapped at places the next
 // iteration wants back, and their requests grow the pool elsewhere.
 inline constexpr uint64_t kStitchFromIteration = 2;
+// A request of at least this many bytes may stitch from the first request
+// on: a pipeline's first forward passes outgrow the places their
+// predecessors freed by hundreds of MiB at a time, and a new chunk there is
+// memory the next iteration does not give back. Measured on the plan-miss
+// suite (bench/results/misses.md, thirteenth session, loom and unplanned
+// loom on 83 rows): 32 MiB, 61 rows at target (-9.16); 256 MiB, 69
+// (-4.85), against 68 (-5.98) without.
+inline constexpr uint64_t kStitchEarlyBytes = uint64_t{256} << 20;
 
 // Pages for static granules a planned allocation occupies for the first time
 // (StaticRegion::Back), for a request on `stream`. Order: spare chunks; a
