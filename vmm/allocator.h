@@ -96,6 +96,10 @@ struct AllocatorOptions {
   // as the H200 measured it on 2026-11-26 (`loom_tool compare/replay
   // --no-stitch`).
   bool stitch_idle_chunks = true;
+  // With stitching on, a request of at least this many bytes may stitch
+  // from the run's first request (lending_policy.h, kStitchEarlyBytes). Tests
+  // set it low to drive the early stitching with small requests.
+  uint64_t stitch_early_bytes = kStitchEarlyBytes;
 };
 
 // One piece of physical memory behind a live allocation.

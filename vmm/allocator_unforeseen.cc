@@ -171,7 +171,8 @@ StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
                                                int64_t until,
                                                std::vector<PageId> preferred) {
   RequestContext context = ContextFor(stream, until, std::move(preferred));
-  context.stitch |= options_.stitch_idle_chunks && size >= kStitchEarlyBytes;
+  context.stitch |=
+      options_.stitch_idle_chunks && size >= options_.stitch_early_bytes;
   const PlanSchedule* plan_schedule = schedule();
   LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), plan_schedule,
                        context, [this] { UpdateReserved(); });
