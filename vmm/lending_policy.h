@@ -99,8 +99,8 @@ inline constexpr uint64_t kStitchFromIteration = 2;
 // memory the next iteration does not give back. Measured on the plan-miss
 // suite (bench/results/misses.md, fourteenth session, 84 rows): 70 rows at
 // target (-4.85 points summed) against 69 (-5.98) without, 3 fewer rows
-// without a call in their last iteration; 32 MiB: 61 of 83 (-9.16); every
-// request: 54 of 83 (-10.39).
+// without a call in their last iteration; 64 MiB: 61 of 84 (-9.06); 32
+// MiB: 61 of 83 (-9.16); every request: 54 of 83 (-10.39).
 inline constexpr uint64_t kStitchEarlyBytes = uint64_t{256} << 20;
 
 // Pages for static granules a planned allocation occupies for the first time
