@@ -139,9 +139,10 @@ struct Live {
 
 class RandomRun {
  public:
-  // `stitch_early_bytes`: AllocatorOptions::stitch_early_bytes (0: the
-  // default, which no request here reaches).
-  RandomRun(uint64_t seed, bool host, uint64_t stitch_early_bytes = 0)
+  // `stitch_early_bytes`: AllocatorOptions::stitch_early_bytes (the
+  // default is more than any request here).
+  RandomRun(uint64_t seed, bool host,
+            uint64_t stitch_early_bytes = kStitchEarlyBytes)
       : rng_(seed), host_(host) {
     if (host) {
       HostDriverOptions o;
@@ -160,8 +161,7 @@ class RandomRun {
     AllocatorOptions options;
     options.arena_va_bytes = 2048 * kG;
     options.record_capacity = 4096;
-    if (stitch_early_bytes != 0)
-      options.stitch_early_bytes = stitch_early_bytes;
+    options.stitch_early_bytes = stitch_early_bytes;
     allocator_ = std::move(Allocator::Create(*driver_, options)).value();
   }
 
@@ -355,7 +355,7 @@ TEST(AllocatorRandomTest, StitchingFromTheFirstRequest) {
     for (uint64_t seed = 2000; seed < 2200; ++seed) {
       SCOPED_TRACE(testing::Message() << "seed " << seed);
       for (bool host : {true, false}) {
-        RandomRun run(seed, host, /*stitch_early_bytes=*/low ? kG : 0);
+        RandomRun run(seed, host, low ? kG : kStitchEarlyBytes);
         ASSERT_NO_FATAL_FAILURE(run.Run(1));
       }
     }

@@ -351,7 +351,7 @@ class Allocator {
   // granules (Arena::MappedFit).
   uint64_t ArenaMappedFit(uint64_t size, Stream stream, int64_t until);
   // What the lending policy knows of a request (lending_policy.h).
-  RequestContext ContextFor(Stream stream, int64_t until,
+  RequestContext ContextFor(uint64_t size, Stream stream, int64_t until,
                             std::vector<PageId> preferred) const;
   // The planned range if it can be handed out now (the safety check).
   std::optional<DevicePtr> TryStatic(const PlannedRequest& entry, uint64_t size,

@@ -74,7 +74,8 @@ std::optional<DevicePtr> Allocator::PlacePersistent(uint64_t size,
   return std::nullopt;
 }
 
-RequestContext Allocator::ContextFor(Stream stream, int64_t until,
+RequestContext Allocator::ContextFor(uint64_t size, Stream stream,
+                                     int64_t until,
                                      std::vector<PageId> preferred) const {
   RequestContext context;
   context.stream = stream;
@@ -84,8 +85,9 @@ RequestContext Allocator::ContextFor(Stream stream, int64_t until,
     context.in_setup = active_->matcher.in_setup();
   }
   context.preferred = std::move(preferred);
-  context.stitch =
-      options_.stitch_idle_chunks && stats_.iterations >= kStitchFromIteration;
+  context.stitch = options_.stitch_idle_chunks &&
+                   (stats_.iterations >= kStitchFromIteration ||
+                    size >= options_.stitch_early_bytes);
   return context;
 }
 
@@ -109,7 +111,7 @@ bool Allocator::InChunksServingStatic(uint64_t offset, uint64_t size) const {
 uint64_t Allocator::ArenaMappedFit(uint64_t size, Stream stream,
                                    int64_t until) {
   LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), schedule(),
-                       ContextFor(stream, until, {}),
+                       ContextFor(size, stream, until, {}),
                        [this] { UpdateReserved(); });
   return arena_->MappedFit(size, stream, until, policy);
 }
@@ -170,9 +172,8 @@ std::optional<DevicePtr> Allocator::PlaceInIdleRegion(uint64_t size,
 StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
                                                int64_t until,
                                                std::vector<PageId> preferred) {
-  RequestContext context = ContextFor(stream, until, std::move(preferred));
-  context.stitch |=
-      options_.stitch_idle_chunks && size >= options_.stitch_early_bytes;
+  const RequestContext context =
+      ContextFor(size, stream, until, std::move(preferred));
   const PlanSchedule* plan_schedule = schedule();
   LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), plan_schedule,
                        context, [this] { UpdateReserved(); });

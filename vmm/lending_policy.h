@@ -80,7 +80,8 @@ struct RequestContext {
   // (a missed entry: idle for the lifetime the request takes over).
   std::vector<PageId> preferred;
   // Idle arena chunks may be stitched (mapped a second time) for it: from
-  // the run's second iteration on (kStitchFromIteration).
+  // the run's second iteration on (kStitchFromIteration), or from the first
+  // request for a large one (kStitchEarlyBytes).
   bool stitch = false;
 };
 
