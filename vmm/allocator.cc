@@ -192,7 +192,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
   const uint64_t request_id = next_request_id_++;
   // What the dynamic space alone would do with it (while the referee
   // watches a plan).
-  const uint64_t shadow = referee_.OnAllocate(size);
+  const uint64_t shadow = referee_.OnAllocate(size, stream);
   if (recording_) {
     Record(plan::Event::Alloc(request_id, size, stream,
                               static_cast<int16_t>(options_.device)));
@@ -329,7 +329,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     }
   }
   if (!ptr.ok()) {
-    referee_.OnFree(shadow, size);
+    referee_.OnFree(shadow);
     return ptr.status();
   }
   live_.Insert(*ptr, Allocation{size, stream, where, false, learned, in_module,
@@ -478,7 +478,7 @@ void Allocator::FinishFree(DevicePtr ptr, const Allocation& allocation,
     }
     return;
   }
-  referee_.OnFree(allocation.shadow, allocation.size);
+  referee_.OnFree(allocation.shadow);
   if (allocation.in_module) module_live_ -= allocation.size;
   if (allocation.where == Where::kStatic) {
     region_->Release(ptr - region_->base(), allocation.size, tag);

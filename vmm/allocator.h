@@ -52,6 +52,8 @@
 #include <vector>
 
 #include "plan/trace/trace.h"
+#include "vmm/allocator_options.h"
+#include "vmm/allocator_shadow.h"
 #include "vmm/allocator_stats.h"
 #include "vmm/arena.h"
 #include "vmm/driver.h"
@@ -69,38 +71,6 @@
 #include "vmm/stream_tracker.h"
 
 namespace loom::vmm {
-
-struct AllocatorOptions {
-  int device = 0;
-  // Physical memory cap in bytes (0 = none) or as a fraction of the device's
-  // total memory (0 = none); the smaller applies.
-  uint64_t memory_cap_bytes = 0;
-  double memory_fraction = 0;
-  // Virtual size of the arena; 0 = twice the device's total memory.
-  uint64_t arena_va_bytes = 0;
-  // Record every request and marker as a trace, in a buffer preallocated for
-  // this many events (0 = do not record).
-  size_t record_capacity = 0;
-  // Other devices granted access to everything this allocator maps (CUDA
-  // peer access; each must be able to access the device).
-  std::vector<int> peer_devices;
-  // The largest physical handle created, in granules (1..512): the
-  // physical-layout setting (docs/design.md, "Physical layout variants").
-  uint32_t max_chunk_pages = 512;
-  // Say on stderr when the plan loses to the dynamic space (the referee's
-  // one line). Off for allocators that replay a recording on the side (the
-  // plan check, whatif/loom/plan_check.h): their plans are not the run's.
-  bool log_plan_loss = true;
-  // Stitch idle arena chunks (arena.h) instead of growing past the peak,
-  // from the run's second iteration on (lending_policy.h). Off: the arena
-  // as the H200 measured it on 2026-11-26 (`loom_tool compare/replay
-  // --no-stitch`).
-  bool stitch_idle_chunks = true;
-  // With stitching on, a request of at least this many bytes may stitch
-  // from the run's first request (lending_policy.h, kStitchEarlyBytes). Tests
-  // set it low to drive the early stitching with small requests.
-  uint64_t stitch_early_bytes = kStitchEarlyBytes;
-};
 
 // One piece of physical memory behind a live allocation.
 struct PhysicalExtent {
@@ -197,6 +167,8 @@ class Allocator {
   Status ReleasePool(PoolId pool);
 
   AllocatorStats stats() const;
+  // The most physical memory held at once so far (bytes).
+  uint64_t held_high_water() const;
   void ResetPeakStats();
   // What the physical memory held serves now (a walk over every page).
   MemoryBreakdown Breakdown() const;
@@ -490,7 +462,9 @@ class Allocator {
   Variant* serving_ = nullptr;
   uint32_t probed_ = kProbeRequests;  // requests of this iteration probed
   FitMonitor fit_;
-  PlanReferee referee_{granularity_};
+  // The referee's shadow: this allocator without a plan, on the side.
+  AllocatorShadow shadow_{options_, granularity_, device_bytes_};
+  PlanReferee referee_{shadow_};
   FlatMap<Allocation> live_;
   std::unordered_map<DevicePtr, std::vector<Stream>> extra_streams_;
   std::vector<PendingFree> pending_;

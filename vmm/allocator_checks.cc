@@ -5,6 +5,11 @@
 #include "vmm/allocator.h"
 
 namespace loom::vmm {
+uint64_t Allocator::held_high_water() const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  return held_high_water_;
+}
+
 AllocatorStats Allocator::stats() const {
   std::lock_guard<FutexMutex> lock(mu_);
   AllocatorStats out = stats_;

@@ -333,7 +333,7 @@ void Allocator::Suspend() {
 }
 
 void Allocator::StartReferee() {
-  referee_.Start(pool_.bytes());
+  referee_.Start(pool_.bytes(), stats_.iterations);
   // Every live allocation (and every free awaiting other streams) gets its
   // place in the fresh shadow: the dynamic space would hold them too.
   std::vector<DevicePtr> live;
@@ -342,11 +342,12 @@ void Allocator::StartReferee() {
   });
   for (DevicePtr ptr : live) {
     Allocation* a = live_.Find(ptr);
-    a->shadow = referee_.OnAllocate(a->size);
+    a->shadow = referee_.OnAllocate(a->size, a->stream);
   }
   for (PendingFree& p : pending_) {
     if (!p.allocation.in_pool)
-      p.allocation.shadow = referee_.OnAllocate(p.allocation.size);
+      p.allocation.shadow =
+          referee_.OnAllocate(p.allocation.size, p.allocation.stream);
   }
 }
 

@@ -4,69 +4,64 @@
 // A plan made from another run can cost more memory than serving every
 // request dynamically (no plan at all): its layout holds granules the run
 // leaves partly empty, and what it misses grows the arena beside the region.
-// The referee knows what the dynamic-only allocator would hold without
-// running it: a shadow of the arena's placement (best fit at 512 B over
-// virtual offsets only, no page, no mapping, no driver call) sees every
-// request and free while the referee watches, and the granules the shadow
-// ever touched are what the arena alone would have mapped (it keeps its
-// mappings). Whenever the physical memory the allocator holds grows, the
-// allocator asks the referee; once the plan's cost (everything held: the
-// region backed, the arena, spare chunks) is above the shadow's high-water
-// mark, and above what the plan expects the dynamic space to need anyway
-// (Judge's expected_bytes), by more than the slack, the plan loses and
-// stops serving for the rest
-// of the run, or until a re-plan (a new variant) is installed, which the
-// referee judges again from a fresh shadow.
+// The referee knows what the dynamic-only allocator would hold by running
+// it on the side: a DynamicShadow (allocator_shadow.h: loom's allocator
+// without a plan, on a bookkeeping-only driver, with the same rules: chunk
+// sizes, stitching, its iteration count) sees every request and free while
+// the referee watches, and its high-water mark of physical memory held is
+// what the dynamic space alone would have held. Whenever the physical
+// memory the allocator holds grows, the allocator asks the referee; once
+// the plan's cost (everything held: the region backed, the arena, spare
+// chunks) is above the shadow's high-water mark, and above what the plan
+// expects the dynamic space to need anyway (Judge's expected_bytes), by
+// more than the slack, the plan loses and stops serving for the rest of the
+// run, or until a re-plan (a new variant) is installed, which the referee
+// judges again from a fresh shadow.
 //
 // The shadow runs only while the verdict is open: once the plan has served
 // kConfirmIterations whole iterations without losing and without the shadow
 // growing, the plan is confirmed and the shadow stops (a repeating workload
 // pays nothing for it in steady state).
 //
-// Invariants: shadow free blocks never overlap or touch (they coalesce);
-// live shadow blocks never overlap; touched_granules never decreases while
-// the shadow lives. Not thread-safe: the allocator serialises access.
+// Invariants: the shadow serves only while the verdict is kWatching (it is
+// stopped, its memory gone, at every other verdict); the dynamic high-water
+// mark never decreases while watching. Not thread-safe: the allocator
+// serialises access.
 #ifndef LOOM_VMM_PLAN_REFEREE_H_
 #define LOOM_VMM_PLAN_REFEREE_H_
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <set>
-#include <string>
-#include <vector>
 
-#include "vmm/free_blocks.h"
+#include "vmm/driver.h"
 
 namespace loom::vmm {
 
-// The dynamic space's placement over virtual offsets only.
-class ShadowArena {
+// What serving every request dynamically (no plan) would hold: the
+// referee's shadow. Handles are its own; kNoShadow: not placed.
+class DynamicShadow {
  public:
-  explicit ShadowArena(uint64_t granularity);
-  // Forgets everything: empty again.
-  void Reset();
-  // Places `size` bytes (rounded up to 512) by best fit; returns the offset.
-  uint64_t Allocate(uint64_t size);
-  // REQUIRES: (offset, size) was returned by Allocate(size) and is live.
-  void Free(uint64_t offset, uint64_t size);
-  // Granules any allocation ever touched: what the arena would have mapped.
-  uint64_t touched_granules() const { return touched_; }
-  uint64_t live_bytes() const { return live_bytes_; }
-  void CheckInvariants() const;
+  virtual ~DynamicShadow() = default;
+  // Empty again (whatever it served is freed), as the dynamic space is
+  // after `iterations` iteration markers (its rules depend on them).
+  virtual void Restart(uint64_t iterations) = 0;
+  // Frees everything it serves and its memory.
+  virtual void Stop() = 0;
+  // Serves `size` bytes on `stream`: a handle for Free, or kNoShadow when
+  // it could not (the referee then judges on what it has seen).
+  virtual uint64_t Allocate(uint64_t size, Stream stream) = 0;
+  // REQUIRES: `handle` came from Allocate since the last Restart, is live.
+  virtual void Free(uint64_t handle) = 0;
+  virtual void IterationBegin() = 0;
+  // The most physical memory held since the last Restart (bytes).
+  virtual uint64_t held_high_water() const = 0;
 
- private:
-  void Touch(uint64_t offset, uint64_t size);
-  const uint64_t granularity_;
-  FreeBlocks free_;
-  std::vector<bool> touched_map_;  // per granule
-  uint64_t touched_ = 0;
-  uint64_t live_bytes_ = 0;
+  static constexpr uint64_t kNoShadow = ~uint64_t{0};
 };
 
 class PlanReferee {
  public:
-  static constexpr uint64_t kNoShadow = ~uint64_t{0};
+  static constexpr uint64_t kNoShadow = DynamicShadow::kNoShadow;
   // Whole iterations a plan serves without losing before it is confirmed.
   static constexpr uint64_t kConfirmIterations = 2;
   // The plan loses when it holds more than the shadow's high-water mark by
@@ -82,13 +77,16 @@ class PlanReferee {
 
   enum class Verdict : uint8_t { kNone, kWatching, kConfirmed, kLost };
 
-  explicit PlanReferee(uint64_t granularity) : granularity_(granularity) {}
+  // REQUIRES: `shadow` outlives the referee.
+  explicit PlanReferee(DynamicShadow& shadow) : shadow_(shadow) {}
 
   // A plan (or a re-plan) is installed while `held_bytes` are held: a fresh
   // shadow, watching (the caller seeds it with the live allocations through
   // OnAllocate). The dynamic space could reuse everything held now, so its
   // cost from here is max(held_bytes, the shadow's high-water mark).
-  void Start(uint64_t held_bytes);
+  // `iterations`: the iteration markers seen so far (the shadow starts as
+  // the dynamic space would be then).
+  void Start(uint64_t held_bytes, uint64_t iterations);
   // Stops watching without a verdict (the plans are gone).
   void Stop();
   bool watching() const { return verdict_ == Verdict::kWatching; }
@@ -96,16 +94,16 @@ class PlanReferee {
   Verdict verdict() const { return verdict_; }
 
   // The shadow's placement of a request (kNoShadow when not watching).
-  uint64_t OnAllocate(uint64_t size) {
+  uint64_t OnAllocate(uint64_t size, Stream stream) {
     if (!watching()) return kNoShadow;
-    return shadow_.Allocate(size);
+    return shadow_.Allocate(size, stream);
   }
   // `shadow` as OnAllocate returned it for this allocation since the last
   // Start (every Start re-seeds every live allocation); ignored when not
   // watching.
-  void OnFree(uint64_t shadow, uint64_t size) {
+  void OnFree(uint64_t shadow) {
     if (shadow == kNoShadow || !watching()) return;
-    shadow_.Free(shadow, size);
+    shadow_.Free(shadow);
   }
 
   // The memory held grew to `plan_bytes`: true when the plan loses now
@@ -136,10 +134,9 @@ class PlanReferee {
 
  private:
   uint64_t dynamic_now() const {
-    return std::max(held_at_start_, shadow_.touched_granules() * granularity_);
+    return std::max(held_at_start_, shadow_.held_high_water());
   }
-  const uint64_t granularity_;
-  ShadowArena shadow_{granularity_};
+  DynamicShadow& shadow_;
   Verdict verdict_ = Verdict::kNone;
   uint64_t held_at_start_ = 0;
   uint64_t dynamic_peak_ = 0;

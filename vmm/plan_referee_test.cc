@@ -1,72 +1,104 @@
 #include "vmm/plan_referee.h"
 
-#include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "vmm/allocator.h"
+#include "vmm/allocator_shadow.h"
+#include "vmm/fake_driver.h"
 
 namespace loom::vmm {
 namespace {
 
 constexpr uint64_t kG = 2 << 20;
+constexpr uint64_t kDevice = uint64_t{80} << 30;
 
-TEST(ShadowArenaTest, BestFitReusesFreedBytesAndCountsTouchedGranules) {
-  ShadowArena s(kG);
-  const uint64_t a = s.Allocate(kG);
-  const uint64_t b = s.Allocate(kG / 2);
-  EXPECT_EQ(a, 0u);
-  EXPECT_EQ(b, kG);
-  EXPECT_EQ(s.touched_granules(), 2u);
-  s.Free(a, kG);
-  // Best fit: the freed granule, not the tail after b.
-  EXPECT_EQ(s.Allocate(kG / 4), 0u);
-  EXPECT_EQ(s.touched_granules(), 2u);
-  s.CheckInvariants();
+AllocatorShadow MakeShadow(AllocatorOptions options = {}) {
+  return AllocatorShadow(options, kG, kDevice);
 }
 
-TEST(ShadowArenaTest, SeededRandomizedPlacementKeepsItsInvariants) {
-  for (uint32_t seed : {1u, 2u, 3u}) {
+// The shadow holds, step by step, exactly what loom's allocator without a
+// plan holds on the same program (same rules: stitching from the second
+// iteration, large requests from the first).
+TEST(AllocatorShadowTest, HoldsWhatTheAllocatorWithoutAPlanHolds) {
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE(seed);
+    AllocatorOptions options;
+    options.stitch_early_bytes = uint64_t{64} << 20;
+    AllocatorShadow shadow(options, kG, kDevice);
+    shadow.Restart(0);
+    FakeDriver driver(FakeDriverOptions{.granularity = kG});
+    auto real = Allocator::Create(driver, options);
+    ASSERT_TRUE(real.ok());
     std::mt19937_64 rng(seed);
-    ShadowArena s(kG);
-    std::map<uint64_t, uint64_t> live;  // offset -> size
-    uint64_t peak_live = 0, live_bytes = 0;
-    for (int step = 0; step < 4000; ++step) {
-      if (live.empty() || rng() % 3 != 0) {
-        const uint64_t size = 1 + rng() % (3 * kG);
-        const uint64_t at = s.Allocate(size);
-        const uint64_t rounded = (size + 511) / 512 * 512;
-        // Never overlaps a live block.
-        auto next = live.lower_bound(at);
-        if (next != live.end()) ASSERT_LE(at + rounded, next->first);
-        if (next != live.begin()) {
-          auto prev = std::prev(next);
-          ASSERT_LE(prev->first + prev->second, at);
-        }
-        live[at] = rounded;
-        live_bytes += rounded;
-        peak_live = std::max(peak_live, live_bytes);
-      } else {
-        auto it = live.begin();
-        std::advance(it, rng() % live.size());
-        s.Free(it->first, it->second);
-        live_bytes -= it->second;
-        live.erase(it);
+    struct Live {
+      uint64_t handle;
+      DevicePtr ptr;
+    };
+    std::vector<Live> live;
+    for (int step = 0; step < 3000; ++step) {
+      if (step % 500 == 0) {
+        shadow.IterationBegin();
+        (*real)->IterationBegin(step / 500);
       }
-      ASSERT_EQ(s.live_bytes(), live_bytes);
-      // Touched granules hold at least the peak of live bytes.
-      ASSERT_GE(s.touched_granules() * kG, peak_live);
+      const bool alloc = live.empty() || rng() % 100 < 52;
+      if (alloc) {
+        const uint64_t size =
+            rng() % 8 == 0 ? (rng() % 96 + 1) << 20 : rng() % (6 << 20) + 1;
+        const Stream stream = rng() % 4 == 0 ? 7 : 0;
+        const uint64_t h = shadow.Allocate(size, stream);
+        ASSERT_NE(h, DynamicShadow::kNoShadow);
+        auto ptr = (*real)->Allocate(size, stream);
+        ASSERT_TRUE(ptr.ok());
+        live.push_back({h, *ptr});
+      } else {
+        const size_t k = rng() % live.size();
+        shadow.Free(live[k].handle);
+        ASSERT_TRUE((*real)->Free(live[k].ptr).ok());
+        live[k] = live.back();
+        live.pop_back();
+      }
+      ASSERT_EQ(shadow.held_high_water(), (*real)->held_high_water());
+      ASSERT_EQ(shadow.live(), live.size());
     }
-    s.CheckInvariants();
+    for (const Live& l : live) ASSERT_TRUE((*real)->Free(l.ptr).ok());
+    shadow.Stop();
+    EXPECT_EQ(shadow.live(), 0u);
   }
 }
 
+// An idle chunk is stitched where a larger request wants memory (from the
+// second iteration): the shadow holds 24 MiB where a best fit over
+// addresses alone touches 32 MiB of granules.
+TEST(AllocatorShadowTest, ReusesIdleChunksAtAnotherPlace) {
+  AllocatorShadow shadow = MakeShadow();
+  shadow.Restart(2);  // installed in the run's third iteration
+  const uint64_t a = shadow.Allocate(8 << 20, 0);
+  const uint64_t b = shadow.Allocate(8 << 20, 0);
+  shadow.Free(a);
+  const uint64_t c = shadow.Allocate(16 << 20, 0);
+  ASSERT_NE(c, DynamicShadow::kNoShadow);
+  EXPECT_EQ(shadow.held_high_water(), uint64_t{24} << 20);
+  shadow.Free(b);
+  shadow.Free(c);
+  // A restart forgets the high-water mark; a stopped shadow serves nothing.
+  shadow.Restart(0);
+  EXPECT_EQ(shadow.held_high_water(), 0u);
+  shadow.Allocate(kG, 0);
+  shadow.Stop();
+  EXPECT_EQ(shadow.live(), 0u);
+  EXPECT_EQ(shadow.Allocate(kG, 0), DynamicShadow::kNoShadow);
+}
+
 TEST(PlanRefereeTest, APlanHoldingMoreThanTheDynamicSpaceLoses) {
-  PlanReferee r(kG);
-  r.Start(0);
+  AllocatorShadow shadow = MakeShadow();
+  PlanReferee r(shadow);
+  r.Start(0, 0);
   EXPECT_TRUE(r.watching());
   std::vector<uint64_t> at;
-  for (int i = 0; i < 64; ++i) at.push_back(r.OnAllocate(kG));  // 128 MiB
+  for (int i = 0; i < 64; ++i) at.push_back(r.OnAllocate(kG, 0));  // 128 MiB
   EXPECT_FALSE(r.Judge(128 << 20, 0));
   // Within the slack (kSlackBytes, as 128 MiB / kSlackFraction is less):
   // still fine; a byte more loses.
@@ -77,16 +109,19 @@ TEST(PlanRefereeTest, APlanHoldingMoreThanTheDynamicSpaceLoses) {
   EXPECT_TRUE(r.lost());
   EXPECT_EQ(r.lost_dynamic_bytes(), uint64_t{128} << 20);
   EXPECT_EQ(r.losses(), 1u);
-  // No longer watching: requests and frees are ignored.
-  EXPECT_EQ(r.OnAllocate(kG), PlanReferee::kNoShadow);
-  r.OnFree(at[0], kG);
+  // No longer watching: the shadow's memory is gone, requests and frees
+  // are ignored.
+  EXPECT_EQ(shadow.live(), 0u);
+  EXPECT_EQ(r.OnAllocate(kG, 0), PlanReferee::kNoShadow);
+  r.OnFree(at[0]);
   EXPECT_FALSE(r.Judge(uint64_t{1} << 40, 0));
 }
 
 TEST(PlanRefereeTest, MemoryHeldAtTheStartCountsForTheDynamicSpace) {
-  PlanReferee r(kG);
-  r.Start(uint64_t{1} << 30);  // installed mid-run, 1 GiB held
-  r.OnAllocate(kG);
+  AllocatorShadow shadow = MakeShadow();
+  PlanReferee r(shadow);
+  r.Start(uint64_t{1} << 30, 5);  // installed mid-run, 1 GiB held
+  r.OnAllocate(kG, 0);
   // 1 GiB / kSlackFraction of slack on top of it.
   const uint64_t slack = (uint64_t{1} << 30) / PlanReferee::kSlackFraction;
   EXPECT_FALSE(r.Judge((uint64_t{1} << 30) + slack, 0));
@@ -94,28 +129,31 @@ TEST(PlanRefereeTest, MemoryHeldAtTheStartCountsForTheDynamicSpace) {
 }
 
 TEST(PlanRefereeTest, APlanThatFitsIsJudgedAgainstItsRegionToo) {
-  PlanReferee r(kG);
-  r.Start(0);
-  r.OnAllocate(kG);
-  // The plan backed its high granules first: the shadow has 2 MiB, but the
-  // plan's requests will come (1 GiB region).
+  AllocatorShadow shadow = MakeShadow();
+  PlanReferee r(shadow);
+  r.Start(0, 0);
+  r.OnAllocate(kG, 0);
+  // The plan backed its high granules first: the shadow holds 2 MiB, but
+  // the plan's requests will come (1 GiB region).
   EXPECT_FALSE(r.Judge(512 << 20, uint64_t{1} << 30));
   EXPECT_TRUE(r.Judge(512 << 20, 0));
 }
 
 TEST(PlanRefereeTest, APlanThatKeepsWinningIsConfirmedAndTheShadowStops) {
-  PlanReferee r(kG);
-  r.Start(0);
+  AllocatorShadow shadow = MakeShadow();
+  PlanReferee r(shadow);
+  r.Start(0, 0);
   r.IterationBegin();
   for (int it = 0; it < 3; ++it) {
-    const uint64_t a = r.OnAllocate(8 * kG);
+    const uint64_t a = r.OnAllocate(8 * kG, 0);
     EXPECT_FALSE(r.Judge(16 << 20, 0));
-    r.OnFree(a, 8 * kG);
+    r.OnFree(a);
     r.IterationBegin();
   }
   // Two whole iterations without the shadow growing.
   EXPECT_EQ(r.verdict(), PlanReferee::Verdict::kConfirmed);
-  EXPECT_EQ(r.OnAllocate(kG), PlanReferee::kNoShadow);
+  EXPECT_EQ(shadow.live(), 0u);
+  EXPECT_EQ(r.OnAllocate(kG, 0), PlanReferee::kNoShadow);
   EXPECT_FALSE(r.Judge(uint64_t{1} << 40, 0));
   EXPECT_STREQ(PlanReferee::Name(r.verdict()), "confirmed");
 }

@@ -8,10 +8,11 @@
 //                         (arena best fit over already-mapped granules; no
 //                         driver call)
 //   BM_CachingSimPair     PyTorch's caching allocator (simulator), same sizes
-//   BM_ShadowReplayRealTrace  the plan referee's shadow (plan_referee.h):
-//                         one event of the real GPT-2 step (its requests and
-//                         frees in order) placed over virtual offsets only;
-//                         what watching a plan adds per request
+//   BM_ShadowReplayRealTrace  the plan referee's shadow (plan_referee.h,
+//                         allocator_shadow.h): one event of the real GPT-2
+//                         step (its requests and frees in order) served by
+//                         loom's allocator without a plan on the fake
+//                         driver; what watching a plan adds per request
 //
 // The fake driver is used: no driver call happens on these paths in steady
 // state, which the benchmark checks.
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "vmm/allocator.h"
+#include "vmm/allocator_shadow.h"
 #include "vmm/fake_driver.h"
 #include "vmm/plan_referee.h"
 #include "whatif/loom/self_plan.h"
@@ -165,27 +167,29 @@ void BM_ShadowReplayRealTrace(benchmark::State& state) {
     }
     return out;
   }();
-  vmm::ShadowArena shadow(2 << 20);
-  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> live;
+  vmm::AllocatorShadow shadow(vmm::AllocatorOptions{}, 2 << 20,
+                              uint64_t{80} << 30);
+  shadow.Restart(2);  // stitching, as in a run's third iteration
+  std::unordered_map<uint64_t, uint64_t> live;
   live.reserve(events->size());
   size_t i = 0;
   for (auto _ : state) {
     const auto [id, size] = (*events)[i];
     if (size != 0) {
-      live[id] = {shadow.Allocate(size), size};
+      live[id] = shadow.Allocate(size, 0);
     } else if (auto it = live.find(id); it != live.end()) {
-      shadow.Free(it->second.first, it->second.second);
+      shadow.Free(it->second);
       live.erase(it);
     }
     if (++i == events->size()) {
       // Requests the step never frees go before the next round.
-      for (const auto& [rid, at] : live) shadow.Free(at.first, at.second);
+      for (const auto& [rid, at] : live) shadow.Free(at);
       live.clear();
       i = 0;
     }
   }
-  state.counters["touched_MiB"] =
-      static_cast<double>(shadow.touched_granules() * 2);
+  state.counters["held_MiB"] =
+      static_cast<double>(shadow.held_high_water() >> 20);
 }
 BENCHMARK(BM_ShadowReplayRealTrace);
 

@@ -1,0 +1,75 @@
+#include "vmm/allocator_shadow.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "vmm/allocator.h"
+
+namespace loom::vmm {
+
+AllocatorShadow::AllocatorShadow(const AllocatorOptions& options,
+                                 uint64_t granularity, uint64_t device_bytes)
+    : granularity_(granularity), device_bytes_(device_bytes) {
+  // The rules of the dynamic space; nothing of the shadowed allocator's
+  // surroundings (its device number, cap, peers, recording, log).
+  options_.max_chunk_pages = options.max_chunk_pages;
+  options_.stitch_idle_chunks = options.stitch_idle_chunks;
+  options_.stitch_early_bytes = options.stitch_early_bytes;
+  options_.arena_va_bytes = options.arena_va_bytes;
+  options_.log_plan_loss = false;
+}
+
+AllocatorShadow::~AllocatorShadow() { Stop(); }
+
+void AllocatorShadow::Stop() {
+  if (allocator_ != nullptr) {
+    for (uint64_t ptr : live_) {
+      Status freed = allocator_->Free(ptr);
+      LOOM_CHECK(freed.ok(), "shadow free: {}", freed.ToString());
+    }
+  }
+  live_.clear();
+  allocator_.reset();
+  driver_.reset();
+}
+
+void AllocatorShadow::Restart(uint64_t iterations) {
+  Stop();
+  FakeDriverOptions fake;
+  fake.granularity = granularity_;
+  fake.capacity_per_device = device_bytes_;
+  driver_ = std::make_unique<FakeDriver>(fake);
+  StatusOr<std::unique_ptr<Allocator>> made =
+      Allocator::Create(*driver_, options_);
+  LOOM_CHECK(made.ok(), "shadow allocator: {}", made.status().ToString());
+  allocator_ = std::move(*made);
+  // The dynamic space's rules depend on the iteration count only through
+  // when stitching starts (lending_policy.h).
+  const uint64_t markers = std::min(iterations, kStitchFromIteration);
+  for (uint64_t i = 0; i < markers; ++i) allocator_->IterationBegin(i);
+}
+
+uint64_t AllocatorShadow::Allocate(uint64_t size, Stream stream) {
+  if (allocator_ == nullptr) return kNoShadow;
+  StatusOr<DevicePtr> ptr = allocator_->Allocate(size, stream);
+  if (!ptr.ok()) return kNoShadow;
+  live_.insert(*ptr);
+  return *ptr;
+}
+
+void AllocatorShadow::Free(uint64_t handle) {
+  LOOM_CHECK(allocator_ != nullptr && live_.erase(handle) == 1,
+             "shadow free of {:#x}: not live", handle);
+  Status freed = allocator_->Free(handle);
+  LOOM_CHECK(freed.ok(), "shadow free: {}", freed.ToString());
+}
+
+void AllocatorShadow::IterationBegin() {
+  if (allocator_ != nullptr) allocator_->IterationBegin(0);
+}
+
+uint64_t AllocatorShadow::held_high_water() const {
+  return allocator_ != nullptr ? allocator_->held_high_water() : 0;
+}
+
+}  // namespace loom::vmm
