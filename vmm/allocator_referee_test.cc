@@ -12,6 +12,7 @@
 
 #include "vmm/allocator.h"
 #include "vmm/allocator_testing.h"
+#include "vmm/fake_driver.h"
 #include "vmm/host_driver.h"
 #include "vmm/stack_plan_testing.h"
 
@@ -88,6 +89,64 @@ TEST(AllocatorRefereeTest, APlanThatFitsIsConfirmedAndKeepsServing) {
   EXPECT_EQ(s.plan_verdict, "confirmed");
   EXPECT_EQ(s.plan_losses, 0u);
   EXPECT_EQ(s.plan_hits, 4u * kN);
+}
+
+// The referee's figure for the dynamic space is what loom's allocator
+// without a plan holds on the same run (its shadow is that allocator):
+// whenever a judgement updates it, it equals the high-water mark of an
+// unplanned allocator served the same requests, stitching included (the
+// run goes past its second iteration marker).
+TEST(AllocatorRefereeTest, TheDynamicSpaceIsWhatTheRunHoldsWithoutThePlan) {
+  for (uint32_t seed : {1u, 2u, 3u, 4u}) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    FakeDriverOptions fake;
+    fake.granularity = kG;
+    fake.capacity_per_device = 64 * kN * kG;
+    FakeDriver planned_driver(fake), unplanned_driver(fake);
+    AllocatorOptions options;
+    options.arena_va_bytes = 64 * kN * kG;
+    auto planned =
+        std::move(Allocator::Create(planned_driver, options)).value();
+    auto unplanned =
+        std::move(Allocator::Create(unplanned_driver, options)).value();
+    ASSERT_TRUE(planned->LoadPlan(StackPlan(kG)).ok());
+    std::vector<std::pair<DevicePtr, DevicePtr>> live;
+    uint64_t judged = 0, checked = 0;
+    for (uint64_t it = 0; it < 5 && planned->stats().plan_verdict == "watching";
+         ++it) {
+      planned->IterationBegin(it);
+      unplanned->IterationBegin(it);
+      for (int step = 0; step < 2 * kN; ++step) {
+        if (live.empty() || rng() % 5 < 3) {
+          const uint64_t size = rng() % 3 == 0 ? 1 + rng() % (4 * kG) : kG;
+          auto p = planned->Allocate(size, 0);
+          auto u = unplanned->Allocate(size, 0);
+          ASSERT_TRUE(p.ok() && u.ok());
+          live.emplace_back(*p, *u);
+        } else {
+          const size_t k = rng() % live.size();
+          ASSERT_TRUE(planned->Free(live[k].first).ok());
+          ASSERT_TRUE(unplanned->Free(live[k].second).ok());
+          live[k] = live.back();
+          live.pop_back();
+        }
+        const AllocatorStats s = planned->stats();
+        if (s.plan_verdict != "watching") break;
+        if (s.referee_dynamic_bytes != judged) {
+          judged = s.referee_dynamic_bytes;
+          ASSERT_EQ(judged, unplanned->held_high_water());
+          ++checked;
+        }
+      }
+    }
+    EXPECT_GT(checked, 0u);
+    for (const auto& [p, u] : live) {
+      ASSERT_TRUE(planned->Free(p).ok());
+      ASSERT_TRUE(unplanned->Free(u).ok());
+    }
+    planned->CheckInvariants();
+  }
 }
 
 // Random requests (planned sizes and others, random frees) against the
