@@ -10,8 +10,10 @@ namespace loom::vmm {
 AllocatorShadow::AllocatorShadow(const AllocatorOptions& options,
                                  uint64_t granularity, uint64_t device_bytes)
     : granularity_(granularity), device_bytes_(device_bytes) {
-  // The rules of the dynamic space; nothing of the shadowed allocator's
-  // surroundings (its device number, cap, peers, recording, log).
+  // The rules of the dynamic space and its memory; nothing of the shadowed
+  // allocator's surroundings (its device number, peers, recording, log).
+  options_.memory_cap_bytes = options.memory_cap_bytes;
+  options_.memory_fraction = options.memory_fraction;
   options_.max_chunk_pages = options.max_chunk_pages;
   options_.stitch_idle_chunks = options.stitch_idle_chunks;
   options_.stitch_early_bytes = options.stitch_early_bytes;
@@ -31,6 +33,7 @@ void AllocatorShadow::Stop() {
   live_.clear();
   allocator_.reset();
   driver_.reset();
+  exhausted_ = false;
 }
 
 void AllocatorShadow::Restart(uint64_t iterations) {
@@ -52,7 +55,10 @@ void AllocatorShadow::Restart(uint64_t iterations) {
 uint64_t AllocatorShadow::Allocate(uint64_t size, Stream stream) {
   if (allocator_ == nullptr) return kNoShadow;
   StatusOr<DevicePtr> ptr = allocator_->Allocate(size, stream);
-  if (!ptr.ok()) return kNoShadow;
+  if (!ptr.ok()) {
+    exhausted_ = true;
+    return kNoShadow;
+  }
   live_.insert(*ptr);
   return *ptr;
 }

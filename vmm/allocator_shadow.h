@@ -5,8 +5,8 @@
 // It is the real dynamic space (the same Allocator, no plan loaded) on a
 // bookkeeping-only driver (FakeDriver: no memory, no device), with the
 // rules of the allocator it shadows: the device's granularity and memory,
-// the largest handle, stitching and its thresholds. So the referee compares
-// the plan with what the run would really hold without it, stitching
+// its cap, the largest handle, stitching and its thresholds. So the referee
+// compares the plan with what the run would really hold without it, stitching
 // included, not with a model of it (a best fit over addresses only, which
 // never reuses an idle granule at another place: it overestimated the
 // dynamic space by up to 0.55 GB of 36 GB on the H200's perturbed traces,
@@ -45,6 +45,7 @@ class AllocatorShadow final : public DynamicShadow {
   void Free(uint64_t handle) override;
   void IterationBegin() override;
   uint64_t held_high_water() const override;
+  bool exhausted() const override { return exhausted_; }
 
   // Allocations it serves now (for tests).
   size_t live() const { return live_.size(); }
@@ -56,6 +57,7 @@ class AllocatorShadow final : public DynamicShadow {
   std::unique_ptr<FakeDriver> driver_;
   std::unique_ptr<Allocator> allocator_;  // null while stopped
   std::unordered_set<uint64_t> live_;
+  bool exhausted_ = false;
 };
 
 }  // namespace loom::vmm

@@ -26,7 +26,7 @@ bool PlanReferee::Judge(uint64_t plan_bytes, uint64_t expected_bytes) {
   plan_bytes_ = plan_bytes;
   const uint64_t dynamic = std::max(dynamic_peak_, expected_bytes);
   const uint64_t slack = std::max(kSlackBytes, dynamic / kSlackFraction);
-  if (plan_bytes <= dynamic + slack) return false;
+  if (plan_bytes <= dynamic + slack || shadow_.exhausted()) return false;
   verdict_ = Verdict::kLost;
   ++losses_;
   lost_plan_bytes_ = plan_bytes;

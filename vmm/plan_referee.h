@@ -55,6 +55,9 @@ class DynamicShadow {
   virtual void IterationBegin() = 0;
   // The most physical memory held since the last Restart (bytes).
   virtual uint64_t held_high_water() const = 0;
+  // True once a request found no memory since the last Restart: the
+  // dynamic space alone would have run out where the plan did not.
+  virtual bool exhausted() const = 0;
 
   static constexpr uint64_t kNoShadow = ~uint64_t{0};
 };
@@ -107,12 +110,12 @@ class PlanReferee {
   }
 
   // The memory held grew to `plan_bytes`: true when the plan loses now
-  // (the verdict becomes kLost). `expected_bytes`: what the dynamic space
-  // is expected to need anyway (while the plan fits the run, its region
-  // plus the dynamic modules' live peak: the requests it foresees will
-  // come; 0 once it does not fit), so a
-  // plan whose layout reaches its high addresses before the shadow does is
-  // not judged on that alone.
+  // (the verdict becomes kLost; never once the shadow ran out of memory).
+  // `expected_bytes`: what the dynamic space is expected to need anyway (while
+  // the plan fits the run, its region plus the dynamic modules' live peak: the
+  // requests it foresees will come; 0 once it does not fit), so a plan whose
+  // layout reaches its high addresses before the shadow does is not judged on
+  // that alone.
   bool Judge(uint64_t plan_bytes, uint64_t expected_bytes);
   // The plan loses without a judgement of the shadow: it did not fit the
   // run, and its re-plan would hold `plan_bytes` where `dynamic_bytes`

@@ -92,6 +92,28 @@ TEST(AllocatorShadowTest, ReusesIdleChunksAtAnotherPlace) {
   EXPECT_EQ(shadow.Allocate(kG, 0), DynamicShadow::kNoShadow);
 }
 
+// Where the dynamic space alone runs out of memory (the device's, or the
+// cap the shadowed allocator has), the plan never loses to it.
+TEST(PlanRefereeTest, APlanNeverLosesToADynamicSpaceThatRanOut) {
+  AllocatorOptions options;
+  options.memory_cap_bytes = 8 * kG;
+  AllocatorShadow shadow(options, kG, kDevice);
+  PlanReferee r(shadow);
+  r.Start(0, 0);
+  std::vector<uint64_t> at;
+  for (int i = 0; i < 8; ++i) at.push_back(r.OnAllocate(kG, 0));
+  EXPECT_FALSE(shadow.exhausted());
+  EXPECT_EQ(r.OnAllocate(kG, 0), PlanReferee::kNoShadow);
+  EXPECT_TRUE(shadow.exhausted());
+  EXPECT_FALSE(r.Judge(uint64_t{1} << 30, 0));
+  EXPECT_TRUE(r.watching());
+  // A fresh watch forgets it.
+  r.Start(0, 0);
+  EXPECT_FALSE(shadow.exhausted());
+  r.OnAllocate(kG, 0);
+  EXPECT_TRUE(r.Judge(uint64_t{1} << 30, 0));
+}
+
 TEST(PlanRefereeTest, APlanHoldingMoreThanTheDynamicSpaceLoses) {
   AllocatorShadow shadow = MakeShadow();
   PlanReferee r(shadow);
