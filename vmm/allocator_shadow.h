@@ -8,8 +8,8 @@
 // its cap, the largest handle, stitching and its thresholds. So the referee
 // compares the plan with what the run would really hold without it, stitching
 // included, not with a model of it (a best fit over addresses only, which
-// never reuses an idle granule at another place: it overestimated the
-// dynamic space by up to 0.55 GB of 36 GB on the H200's perturbed traces,
+// never reuses an idle granule at another place: it said 38.50 GB where
+// loom without a plan holds 37.92 GB on the H200's perturbed llama1b trace,
 // bench/results/misses.md, fifteenth session). Its events complete at once
 // (a free on one stream is reusable by another immediately).
 //
