@@ -55,8 +55,9 @@ class DynamicShadow {
   virtual void IterationBegin() = 0;
   // The most physical memory held since the last Restart (bytes).
   virtual uint64_t held_high_water() const = 0;
-  // True once a request found no memory since the last Restart: the
-  // dynamic space alone would have run out where the plan did not.
+  // True once a request found no memory since the last Restart (the
+  // dynamic space alone would have run out where the plan did not), or
+  // when the shadow could not be made: there is nothing to judge by.
   virtual bool exhausted() const = 0;
 
   static constexpr uint64_t kNoShadow = ~uint64_t{0};

@@ -114,6 +114,20 @@ TEST(PlanRefereeTest, APlanNeverLosesToADynamicSpaceThatRanOut) {
   EXPECT_TRUE(r.Judge(uint64_t{1} << 30, 0));
 }
 
+// Options the allocator refuses (a handle of 0 granules): no shadow, and
+// without one nothing says the plan loses.
+TEST(PlanRefereeTest, WithoutAShadowThePlanNeverLoses) {
+  AllocatorOptions options;
+  options.max_chunk_pages = 0;
+  AllocatorShadow shadow(options, kG, kDevice);
+  PlanReferee r(shadow);
+  r.Start(0, 0);
+  EXPECT_TRUE(shadow.exhausted());
+  EXPECT_EQ(r.OnAllocate(kG, 0), PlanReferee::kNoShadow);
+  EXPECT_FALSE(r.Judge(uint64_t{1} << 30, 0));
+  EXPECT_TRUE(r.watching());
+}
+
 TEST(PlanRefereeTest, APlanHoldingMoreThanTheDynamicSpaceLoses) {
   AllocatorShadow shadow = MakeShadow();
   PlanReferee r(shadow);
