@@ -333,7 +333,8 @@ void Allocator::Suspend() {
 }
 
 void Allocator::StartReferee() {
-  referee_.Start(pool_.bytes(), stats_.iterations);
+  referee_.Start(pool_.bytes(), stats_.iterations,
+                 active_ != nullptr ? active_->plan.iteration.size() : 0);
   // Every live allocation (and every free awaiting other streams) gets its
   // place in the fresh shadow: the dynamic space would hold them too.
   std::vector<DevicePtr> live;

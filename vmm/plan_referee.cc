@@ -4,7 +4,8 @@
 
 namespace loom::vmm {
 
-void PlanReferee::Start(uint64_t held_bytes, uint64_t iterations) {
+void PlanReferee::Start(uint64_t held_bytes, uint64_t iterations,
+                        uint64_t iteration_requests) {
   shadow_.Restart(iterations);
   verdict_ = Verdict::kWatching;
   held_at_start_ = held_bytes;
@@ -12,6 +13,22 @@ void PlanReferee::Start(uint64_t held_bytes, uint64_t iterations) {
   quiet_iterations_ = 0;
   peak_at_boundary_ = 0;
   began_ = false;
+  quiet_requests_ = 0;
+  quiet_mark_ = 0;
+  quiet_limit_ = kConfirmIterations * iteration_requests;
+}
+
+void PlanReferee::CountQuietRequest() {
+  const uint64_t mark = shadow_.held_high_water();
+  if (mark != quiet_mark_) {
+    quiet_mark_ = mark;
+    quiet_requests_ = 0;
+    return;
+  }
+  if (++quiet_requests_ < quiet_limit_) return;
+  dynamic_peak_ = std::max(dynamic_peak_, dynamic_now());
+  verdict_ = Verdict::kConfirmed;
+  shadow_.Stop();
 }
 
 void PlanReferee::Stop() {

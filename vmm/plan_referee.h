@@ -21,7 +21,9 @@
 // The shadow runs only while the verdict is open: once the plan has served
 // kConfirmIterations whole iterations without losing and without the shadow
 // growing, the plan is confirmed and the shadow stops (a repeating workload
-// pays nothing for it in steady state).
+// pays nothing for it in steady state). A run without iteration markers is
+// confirmed the same way by its requests: kConfirmIterations times the
+// plan's iteration's requests in a row without the shadow growing.
 //
 // Invariants: the shadow serves only while the verdict is kWatching (it is
 // stopped, its memory gone, at every other verdict); the dynamic high-water
@@ -89,8 +91,10 @@ class PlanReferee {
   // OnAllocate). The dynamic space could reuse everything held now, so its
   // cost from here is max(held_bytes, the shadow's high-water mark).
   // `iterations`: the iteration markers seen so far (the shadow starts as
-  // the dynamic space would be then).
-  void Start(uint64_t held_bytes, uint64_t iterations);
+  // the dynamic space would be then); `iteration_requests`: the requests of
+  // the plan's iteration (confirming a run without markers; 0: never).
+  void Start(uint64_t held_bytes, uint64_t iterations,
+             uint64_t iteration_requests);
   // Stops watching without a verdict (the plans are gone).
   void Stop();
   bool watching() const { return verdict_ == Verdict::kWatching; }
@@ -100,7 +104,9 @@ class PlanReferee {
   // The shadow's placement of a request (kNoShadow when not watching).
   uint64_t OnAllocate(uint64_t size, Stream stream) {
     if (!watching()) return kNoShadow;
-    return shadow_.Allocate(size, stream);
+    const uint64_t handle = shadow_.Allocate(size, stream);
+    if (!began_ && quiet_limit_ > 0) CountQuietRequest();
+    return handle;
   }
   // `shadow` as OnAllocate returned it for this allocation since the last
   // Start (every Start re-seeds every live allocation); ignored when not
@@ -137,6 +143,9 @@ class PlanReferee {
   static const char* Name(Verdict v);
 
  private:
+  // A request of a run without markers (so far): confirms the plan after
+  // quiet_limit_ of them in a row without the shadow growing.
+  void CountQuietRequest();
   uint64_t dynamic_now() const {
     return std::max(held_at_start_, shadow_.held_high_water());
   }
@@ -152,6 +161,11 @@ class PlanReferee {
   uint64_t quiet_iterations_ = 0;  // whole iterations without shadow growth
   uint64_t peak_at_boundary_ = 0;
   bool began_ = false;  // an iteration began since Start
+  // Requests in a row without the shadow's high-water mark growing, the
+  // mark they saw, and how many confirm the plan (0: never).
+  uint64_t quiet_requests_ = 0;
+  uint64_t quiet_mark_ = 0;
+  uint64_t quiet_limit_ = 0;
 };
 
 }  // namespace loom::vmm

@@ -99,7 +99,7 @@ TEST(PlanRefereeTest, APlanNeverLosesToADynamicSpaceThatRanOut) {
   options.memory_cap_bytes = 8 * kG;
   AllocatorShadow shadow(options, kG, kDevice);
   PlanReferee r(shadow);
-  r.Start(0, 0);
+  r.Start(0, 0, 0);
   std::vector<uint64_t> at;
   for (int i = 0; i < 8; ++i) at.push_back(r.OnAllocate(kG, 0));
   EXPECT_FALSE(shadow.exhausted());
@@ -108,7 +108,7 @@ TEST(PlanRefereeTest, APlanNeverLosesToADynamicSpaceThatRanOut) {
   EXPECT_FALSE(r.Judge(uint64_t{1} << 30, 0));
   EXPECT_TRUE(r.watching());
   // A fresh watch forgets it.
-  r.Start(0, 0);
+  r.Start(0, 0, 0);
   EXPECT_FALSE(shadow.exhausted());
   r.OnAllocate(kG, 0);
   EXPECT_TRUE(r.Judge(uint64_t{1} << 30, 0));
@@ -121,7 +121,7 @@ TEST(PlanRefereeTest, WithoutAShadowThePlanNeverLoses) {
   options.max_chunk_pages = 0;
   AllocatorShadow shadow(options, kG, kDevice);
   PlanReferee r(shadow);
-  r.Start(0, 0);
+  r.Start(0, 0, 0);
   EXPECT_TRUE(shadow.exhausted());
   EXPECT_EQ(r.OnAllocate(kG, 0), PlanReferee::kNoShadow);
   EXPECT_FALSE(r.Judge(uint64_t{1} << 30, 0));
@@ -131,7 +131,7 @@ TEST(PlanRefereeTest, WithoutAShadowThePlanNeverLoses) {
 TEST(PlanRefereeTest, APlanHoldingMoreThanTheDynamicSpaceLoses) {
   AllocatorShadow shadow = MakeShadow();
   PlanReferee r(shadow);
-  r.Start(0, 0);
+  r.Start(0, 0, 0);
   EXPECT_TRUE(r.watching());
   std::vector<uint64_t> at;
   for (int i = 0; i < 64; ++i) at.push_back(r.OnAllocate(kG, 0));  // 128 MiB
@@ -156,7 +156,7 @@ TEST(PlanRefereeTest, APlanHoldingMoreThanTheDynamicSpaceLoses) {
 TEST(PlanRefereeTest, MemoryHeldAtTheStartCountsForTheDynamicSpace) {
   AllocatorShadow shadow = MakeShadow();
   PlanReferee r(shadow);
-  r.Start(uint64_t{1} << 30, 5);  // installed mid-run, 1 GiB held
+  r.Start(uint64_t{1} << 30, 5, 0);  // installed mid-run, 1 GiB held
   r.OnAllocate(kG, 0);
   // 1 GiB / kSlackFraction of slack on top of it.
   const uint64_t slack = (uint64_t{1} << 30) / PlanReferee::kSlackFraction;
@@ -167,7 +167,7 @@ TEST(PlanRefereeTest, MemoryHeldAtTheStartCountsForTheDynamicSpace) {
 TEST(PlanRefereeTest, APlanThatFitsIsJudgedAgainstItsRegionToo) {
   AllocatorShadow shadow = MakeShadow();
   PlanReferee r(shadow);
-  r.Start(0, 0);
+  r.Start(0, 0, 0);
   r.OnAllocate(kG, 0);
   // The plan backed its high granules first: the shadow holds 2 MiB, but
   // the plan's requests will come (1 GiB region).
@@ -178,7 +178,7 @@ TEST(PlanRefereeTest, APlanThatFitsIsJudgedAgainstItsRegionToo) {
 TEST(PlanRefereeTest, APlanThatKeepsWinningIsConfirmedAndTheShadowStops) {
   AllocatorShadow shadow = MakeShadow();
   PlanReferee r(shadow);
-  r.Start(0, 0);
+  r.Start(0, 0, 0);
   r.IterationBegin();
   for (int it = 0; it < 3; ++it) {
     const uint64_t a = r.OnAllocate(8 * kG, 0);
@@ -192,6 +192,41 @@ TEST(PlanRefereeTest, APlanThatKeepsWinningIsConfirmedAndTheShadowStops) {
   EXPECT_EQ(r.OnAllocate(kG, 0), PlanReferee::kNoShadow);
   EXPECT_FALSE(r.Judge(uint64_t{1} << 40, 0));
   EXPECT_STREQ(PlanReferee::Name(r.verdict()), "confirmed");
+}
+
+// Without iteration markers, kConfirmIterations times the plan's iteration
+// of requests in a row without the shadow growing confirm the plan; a
+// request that grows it starts the count again.
+TEST(PlanRefereeTest, ARunWithoutMarkersIsConfirmedByItsRequests) {
+  AllocatorShadow shadow = MakeShadow();
+  PlanReferee r(shadow);
+  constexpr uint64_t kIteration = 10;
+  r.Start(0, 0, kIteration);
+  // The same request and its free, over and over: the shadow holds 2 MiB.
+  uint64_t served = 0;
+  auto once = [&] {
+    const uint64_t h = r.OnAllocate(kG, 0);
+    ++served;
+    if (h != PlanReferee::kNoShadow) r.OnFree(h);
+  };
+  for (int i = 0; i < 15; ++i) once();
+  // A larger one grows the shadow: the count starts again.
+  const uint64_t big = r.OnAllocate(8 * kG, 0);
+  r.OnFree(big);
+  for (uint64_t i = 0; i + 1 < PlanReferee::kConfirmIterations * kIteration;
+       ++i) {
+    once();
+    ASSERT_TRUE(r.watching()) << i;
+  }
+  once();
+  EXPECT_EQ(r.verdict(), PlanReferee::Verdict::kConfirmed);
+  EXPECT_EQ(shadow.live(), 0u);
+  EXPECT_EQ(r.dynamic_bytes(), uint64_t{8} * kG);
+  // With markers, requests do not confirm: whole iterations do.
+  r.Start(0, 0, kIteration);
+  r.IterationBegin();
+  for (int i = 0; i < 100; ++i) once();
+  EXPECT_TRUE(r.watching());
 }
 
 }  // namespace
