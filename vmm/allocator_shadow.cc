@@ -9,15 +9,15 @@ namespace loom::vmm {
 
 AllocatorShadow::AllocatorShadow(const AllocatorOptions& options,
                                  uint64_t granularity, uint64_t device_bytes)
-    : granularity_(granularity), device_bytes_(device_bytes) {
-  // The rules of the dynamic space and its memory; nothing of the shadowed
-  // allocator's surroundings (its device number, peers, recording, log).
-  options_.memory_cap_bytes = options.memory_cap_bytes;
-  options_.memory_fraction = options.memory_fraction;
-  options_.max_chunk_pages = options.max_chunk_pages;
-  options_.stitch_idle_chunks = options.stitch_idle_chunks;
-  options_.stitch_early_bytes = options.stitch_early_bytes;
-  options_.arena_va_bytes = options.arena_va_bytes;
+    : options_(options),
+      granularity_(granularity),
+      device_bytes_(device_bytes) {
+  // The rules of the dynamic space and its memory, every one of them;
+  // nothing of the shadowed allocator's surroundings (its device number,
+  // peers, recording, log).
+  options_.device = 0;
+  options_.peer_devices.clear();
+  options_.record_capacity = 0;
   options_.log_plan_loss = false;
 }
 

@@ -33,8 +33,9 @@ class Allocator;
 
 class AllocatorShadow final : public DynamicShadow {
  public:
-  // `options`: the shadowed allocator's (the plan-independent ones are
-  // kept); `granularity` and `device_bytes`: its device's.
+  // `options`: the shadowed allocator's (every rule kept; its device
+  // number, peers, recording and log dropped); `granularity` and
+  // `device_bytes`: its device's.
   AllocatorShadow(const AllocatorOptions& options, uint64_t granularity,
                   uint64_t device_bytes);
   ~AllocatorShadow() override;

@@ -27,6 +27,10 @@ void PlanReferee::CountQuietRequest() {
   }
   if (++quiet_requests_ < quiet_limit_) return;
   dynamic_peak_ = std::max(dynamic_peak_, dynamic_now());
+  Confirm();
+}
+
+void PlanReferee::Confirm() {
   verdict_ = Verdict::kConfirmed;
   shadow_.Stop();
 }
@@ -74,10 +78,7 @@ void PlanReferee::IterationBegin() {
   }
   began_ = true;
   peak_at_boundary_ = dynamic_peak_;
-  if (quiet_iterations_ >= kConfirmIterations) {
-    verdict_ = Verdict::kConfirmed;
-    shadow_.Stop();
-  }
+  if (quiet_iterations_ >= kConfirmIterations) Confirm();
 }
 
 const char* PlanReferee::Name(Verdict v) {

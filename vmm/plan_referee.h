@@ -146,6 +146,8 @@ class PlanReferee {
   // A request of a run without markers (so far): confirms the plan after
   // quiet_limit_ of them in a row without the shadow growing.
   void CountQuietRequest();
+  // The plan kept winning: confirmed, the shadow stops.
+  void Confirm();
   uint64_t dynamic_now() const {
     return std::max(held_at_start_, shadow_.held_high_water());
   }
