@@ -246,7 +246,7 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       ++stats_.plan_misses;
       ++iteration_misses_;
       if (fit_.Record(false)) Suspend();
-      ptr = ServeUnforeseen(size, stream, ExtraUntil(), {}, &where);
+      ptr = ServeUnforeseen(size, stream, MissUntil(), {}, &where);
     } else if (match.entry->offset == kUnplanned) {
       ++stats_.unplanned;
       // After the set-up, an early iteration's request without a steady
@@ -367,11 +367,24 @@ int64_t Allocator::ExpectedEnd(const PlannedRequest& entry) const {
 }
 
 int64_t Allocator::ExtraUntil() const {
-  if (active_ == nullptr || active_->plan.period <= 0) return -1;
-  // A request the plan did not foresee is expected to live a fraction of an
-  // iteration (as a temporary does); if it lives longer, a planned request
-  // that finds its bytes taken misses and is placed elsewhere.
+  // A request of a dynamic module the plan has no window for: it may live
+  // for ever (an expert's activation kept for the backward pass), so it
+  // gets no planned byte and no page the plan uses.
   return -1;
+}
+
+int64_t Allocator::MissUntil() const {
+  if (active_ == nullptr || active_->plan.period <= 0 ||
+      active_->matcher.in_setup()) {
+    return -1;
+  }
+  // A request the plan did not foresee (an extra request, one whose size
+  // no entry near the cursor has) is expected to live a short while, as a
+  // temporary does: 1/kMissLifetimeDivisor of the period. If it lives longer,
+  // a planned request that finds its bytes taken misses and is served
+  // elsewhere (the safety check): memory, never data.
+  return active_->matcher.now() +
+         std::max<int64_t>(1, active_->plan.period / kMissLifetimeDivisor);
 }
 
 std::optional<DevicePtr> Allocator::TryStatic(const PlannedRequest& entry,

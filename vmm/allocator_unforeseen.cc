@@ -54,6 +54,27 @@ void Allocator::ServePersistent(size_t index) {
   }
 }
 
+std::vector<std::pair<uint32_t, uint32_t>> Allocator::KeptForWarmUp() const {
+  std::vector<std::pair<uint32_t, uint32_t>> kept;
+  if (active_ == nullptr || serving_ != nullptr || referee_.lost() ||
+      !active_->matcher.in_prologue() || active_->matcher.in_setup()) {
+    return kept;
+  }
+  const std::vector<PlannedRequest>& seq = active_->plan.prologue;
+  const size_t entries = std::min(seq.size(), persistent_.served.size());
+  int looked = 0;
+  for (size_t i = persistent_.cursor;
+       i < entries && looked < kPersistentLookahead; ++i) {
+    if (persistent_.served[i] || !Persistent(seq[i], active_->plan)) continue;
+    ++looked;
+    const uint64_t offset = static_cast<uint64_t>(seq[i].offset);
+    kept.emplace_back(
+        static_cast<uint32_t>(offset / granularity_),
+        static_cast<uint32_t>((offset + seq[i].size - 1) / granularity_));
+  }
+  return kept;
+}
+
 std::optional<DevicePtr> Allocator::PlacePersistent(uint64_t size,
                                                     Stream stream) {
   const std::vector<PlannedRequest>& seq = active_->plan.prologue;
@@ -85,6 +106,7 @@ RequestContext Allocator::ContextFor(uint64_t size, Stream stream,
     context.in_setup = active_->matcher.in_setup();
   }
   context.preferred = std::move(preferred);
+  context.kept = KeptForWarmUp();
   context.stitch = options_.stitch_idle_chunks &&
                    (stats_.iterations >= kStitchFromIteration ||
                     size >= options_.stitch_early_bytes);

@@ -147,7 +147,14 @@ int64_t LendingPolicy::IdleFor(uint32_t granule) const {
 }
 
 bool LendingPolicy::Lendable(uint32_t granule) const {
-  return IdleFor(granule) >= Needed();
+  return !Kept(granule) && IdleFor(granule) >= Needed();
+}
+
+bool LendingPolicy::Kept(uint32_t granule) const {
+  for (const auto& [first, last] : context_.kept) {
+    if (granule >= first && granule <= last) return true;
+  }
+  return false;
 }
 
 bool LendingPolicy::Preferred(PageId id) const {
@@ -199,7 +206,7 @@ StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, uint32_t room,
   // 2. An idle static chunk whose next planned use is far enough away (for
   // a chunk of several pages, the nearest use of any of them).
   PageRun best;
-  int64_t best_distance = -1;
+  int64_t best_distance = -2;  // a kept chunk (-1) only as the last resort
   if (region_ != nullptr) {
     for (uint32_t k = 0; k < region_->backed_extent(); ++k) {
       const PageId id = region_->page(k);
@@ -208,7 +215,7 @@ StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, uint32_t room,
       if (chunk.first != id || chunk.count > room) continue;
       int64_t distance = PlanSchedule::kNever;
       for (uint32_t i = 0; i < chunk.count; ++i) {
-        distance = std::min(distance, IdleFor(k + i));
+        distance = std::min(distance, Kept(k + i) ? -1 : IdleFor(k + i));
       }
       if (distance <= best_distance || !Idle(chunk, stream)) continue;
       best = chunk;

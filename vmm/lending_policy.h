@@ -17,7 +17,9 @@
 //    pages the request's own plan entry reserved are always fine; without a
 //    schedule (the plan is suspended: it does not fit this iteration) every
 //    idle static page may be lent (a planned owner that finds its page
-//    taken is served elsewhere: the safety check);
+//    taken is served elsewhere: the safety check), except the granules the
+//    request's context keeps (a suspended warm-up's next persistent
+//    places), lent only when memory runs out;
 //  - Acquire's order: the entry's own pages, a spare chunk, the idle
 //    static chunk unused the longest (if long enough), an idle arena chunk
 //    stitched (mapped here too, where a new chunk would raise the memory
@@ -42,6 +44,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "vmm/arena.h"
@@ -79,6 +82,12 @@ struct RequestContext {
   // The pages of the static granules the request's plan entry covers whole
   // (a missed entry: idle for the lifetime the request takes over).
   std::vector<PageId> preferred;
+  // Static granules [first, last] never lent to it, whatever the schedule
+  // says: while a suspended early iteration is the run's warm-up, the
+  // places of the next persistent entries not yet served (an optimizer
+  // state about to be made for good takes its planned place,
+  // Allocator::PlacePersistent).
+  std::vector<std::pair<uint32_t, uint32_t>> kept;
   // Idle arena chunks may be stitched (mapped a second time) for it: from
   // the run's second iteration on (kStitchFromIteration), or from the first
   // request for a large one (kStitchEarlyBytes).
@@ -198,6 +207,8 @@ class LendingPolicy final : public Arena::PagePolicy {
   // How long static granule k stays unused from now (kNever: no schedule).
   int64_t IdleFor(uint32_t granule) const;
   bool Lendable(uint32_t granule) const;
+  // Granule in the request's kept ranges.
+  bool Kept(uint32_t granule) const;
   bool Preferred(PageId id) const;
   // True when no page of `chunk` is mapped in the arena or serves a live
   // static allocation, and no other stream's free on it is incomplete.
