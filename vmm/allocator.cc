@@ -316,11 +316,8 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     // An early iteration that did not fit is still the run's warm-up: its
     // persistent requests take their planned places, the rest are served
     // dynamically.
-    const bool warm_up = active_ != nullptr && active_->matcher.in_prologue() &&
-                         !referee_.lost();
     std::optional<DevicePtr> persistent;
-    if (warm_up && !active_->matcher.in_setup())
-      persistent = PlacePersistent(size, stream);
+    if (PlacesPersistent()) persistent = PlacePersistent(size, stream);
     if (persistent.has_value()) {
       ptr = *persistent;
       where = Where::kStatic;
@@ -364,13 +361,6 @@ int64_t Allocator::ExpectedEnd(const PlannedRequest& entry) const {
   if (active_ == nullptr || entry.end - entry.start >= active_->plan.period)
     return -1;
   return entry.end;
-}
-
-int64_t Allocator::ExtraUntil() const {
-  // A request of a dynamic module the plan has no window for: it may live
-  // for ever (an expert's activation kept for the backward pass), so it
-  // gets no planned byte and no page the plan uses.
-  return -1;
 }
 
 int64_t Allocator::MissUntil() const {

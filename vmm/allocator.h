@@ -363,6 +363,18 @@ class Allocator {
   // the first step makes for good is where the plan and its variants
   // expect it. A request that took an entry and is freed offers it again.
   std::optional<DevicePtr> PlacePersistent(uint64_t size, Stream stream);
+  // True while an early iteration (after the set-up) is the run's
+  // warm-up for a plan that has not lost: a request the plan does not
+  // serve may take a persistent entry's place (PlacePersistent).
+  bool PlacesPersistent() const {
+    return active_ != nullptr && !referee_.lost() &&
+           active_->matcher.in_prologue() && !active_->matcher.in_setup();
+  }
+  // Calls visit(index, entry) for the next kPersistentLookahead persistent
+  // prologue entries not yet served, until it returns true.
+  // REQUIRES: active_ != nullptr.
+  template <typename Visit>
+  void ForEachNextPersistent(Visit&& visit) const;
   // While a suspended early iteration is the run's warm-up: the granules
   // of the persistent entries PlacePersistent would look at now, which the
   // arena is not lent (empty otherwise).
@@ -388,9 +400,6 @@ class Allocator {
   // The expected end of a request served for plan entry `entry` (-1 for a
   // persistent one).
   int64_t ExpectedEnd(const PlannedRequest& entry) const;
-  // The expected end of a request of a dynamic module without a window
-  // (-1: unknown, it may live for ever).
-  int64_t ExtraUntil() const;
   // The expected end of a plan miss (-1 without a period or in the
   // set-up): a 1/kMissLifetimeDivisor share of the period from now.
   int64_t MissUntil() const;

@@ -110,7 +110,10 @@ void Allocator::FindWindow() {
 }
 
 int64_t Allocator::DynamicUntil(uint32_t position, DynamicBirth* birth) {
-  if (window_ == nullptr || active_ == nullptr) return ExtraUntil();
+  // A request of a dynamic module the plan has no window for may live for
+  // ever (an expert's activation kept for the backward pass): unknown, so
+  // it gets no planned byte and no page the plan uses.
+  if (window_ == nullptr || active_ == nullptr) return -1;
   birth->window = window_;
   birth->ordinal = position;
   birth->time = active_->matcher.now();

@@ -54,12 +54,8 @@ void Allocator::ServePersistent(size_t index) {
   }
 }
 
-std::vector<std::pair<uint32_t, uint32_t>> Allocator::KeptForWarmUp() const {
-  std::vector<std::pair<uint32_t, uint32_t>> kept;
-  if (active_ == nullptr || serving_ != nullptr || referee_.lost() ||
-      !active_->matcher.in_prologue() || active_->matcher.in_setup()) {
-    return kept;
-  }
+template <typename Visit>
+void Allocator::ForEachNextPersistent(Visit&& visit) const {
   const std::vector<PlannedRequest>& seq = active_->plan.prologue;
   const size_t entries = std::min(seq.size(), persistent_.served.size());
   int looked = 0;
@@ -67,32 +63,36 @@ std::vector<std::pair<uint32_t, uint32_t>> Allocator::KeptForWarmUp() const {
        i < entries && looked < kPersistentLookahead; ++i) {
     if (persistent_.served[i] || !Persistent(seq[i], active_->plan)) continue;
     ++looked;
-    const uint64_t offset = static_cast<uint64_t>(seq[i].offset);
+    if (visit(i, seq[i])) return;
+  }
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> Allocator::KeptForWarmUp() const {
+  std::vector<std::pair<uint32_t, uint32_t>> kept;
+  if (serving_ != nullptr || !PlacesPersistent()) return kept;
+  ForEachNextPersistent([&](size_t, const PlannedRequest& entry) {
+    const uint64_t offset = static_cast<uint64_t>(entry.offset);
     kept.emplace_back(
         static_cast<uint32_t>(offset / granularity_),
-        static_cast<uint32_t>((offset + seq[i].size - 1) / granularity_));
-  }
+        static_cast<uint32_t>((offset + entry.size - 1) / granularity_));
+    return false;
+  });
   return kept;
 }
 
 std::optional<DevicePtr> Allocator::PlacePersistent(uint64_t size,
                                                     Stream stream) {
-  const std::vector<PlannedRequest>& seq = active_->plan.prologue;
-  const size_t entries = std::min(seq.size(), persistent_.served.size());
-  int looked = 0;
-  for (size_t i = persistent_.cursor;
-       i < entries && looked < kPersistentLookahead; ++i) {
-    if (persistent_.served[i] || !Persistent(seq[i], active_->plan)) continue;
-    ++looked;
-    if (seq[i].size != size) continue;
-    if (std::optional<DevicePtr> placed = TryStatic(seq[i], size, stream)) {
-      ++stats_.persistent_placements;
-      persistent_.taken.emplace(*placed, i);
-      ServePersistent(i);
-      return placed;
-    }
-  }
-  return std::nullopt;
+  std::optional<DevicePtr> placed;
+  ForEachNextPersistent([&](size_t i, const PlannedRequest& entry) {
+    if (entry.size != size) return false;
+    placed = TryStatic(entry, size, stream);
+    if (!placed.has_value()) return false;
+    ++stats_.persistent_placements;
+    persistent_.taken.emplace(*placed, i);
+    ServePersistent(i);
+    return true;
+  });
+  return placed;
 }
 
 RequestContext Allocator::ContextFor(uint64_t size, Stream stream,
