@@ -18,6 +18,7 @@
 #include "whatif/sim/replay.h"
 #include "whatif/workloads/load.h"
 #include "whatif/workloads/perturb.h"
+#include "whatif/workloads/repeat.h"
 
 namespace loom::cli {
 
@@ -29,7 +30,7 @@ int RunReplay(const Args& args) {
   uint64_t granularity = 0;  // 0: the trace's (plan::ResolveGranule)
   uint64_t capacity = 0;
   double time_limit = -1;  // default: 10 s (--self-plan), 20 s (--auto)
-  int64_t auto_iterations = 0, switch_at = -1, repeat = 5;
+  int64_t auto_iterations = 0, switch_at = -1, repeat = 5, then_repeat = 0;
   bool check_plan = true;
   FlagParser flags(
       "replay",
@@ -82,6 +83,11 @@ int RunReplay(const Args& args) {
   flags.AddInt("repeat", &repeat,
                "with --auto: iterations served after the switch (the "
                "trace's own, then copies of its last one; default 5)");
+  flags.AddInt("then-repeat", &then_repeat,
+               "replay the input (perturbed, with --perturb) followed by N "
+               "copies of its last complete iteration: does the allocator "
+               "settle once the work repeats (with --per-iteration, calls per "
+               "copy)");
   flags.AddString("backend", &backend, "fake (default) or host (real memory)");
   flags.AddBool("check-data", &check_data,
                 "stamp and verify data (host backend)");
@@ -181,6 +187,21 @@ int RunReplay(const Args& args) {
   if (!planning_trace.ok()) return fail(planning_trace.status());
   if (perturb.any()) {
     workload->trace = whatif::Perturb(workload->trace, perturb);
+  }
+  if (then_repeat < 0) {
+    return fail(InvalidArgumentError("--then-repeat {}: give a count >= 0",
+                                     then_repeat));
+  }
+  if (then_repeat > 0) {
+    StatusOr<whatif::RepeatedTrace> repeated = whatif::RepeatSteadyIteration(
+        workload->trace,
+        whatif::RepeatOptions{
+            .keep = whatif::CompleteIterations(workload->trace, 1),
+            .copies = then_repeat,
+            .carry_any_size = true});
+    if (!repeated.ok())
+      return fail(repeated.status().WithContext("--then-repeat"));
+    workload->trace = std::move(repeated->trace);
   }
   // The device the plan is made for, as `loom plan` makes it.
   granularity =

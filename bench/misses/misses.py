@@ -139,6 +139,18 @@ def tool(*args):
     return json.loads(done.stdout)
 
 
+# Copies of a multi-iteration row's last iteration replayed after it, to
+# see loom settle; the last copy must make no driver call.
+REPEATS = 3
+
+
+def plan_options(extra):
+    """loom_tool replay's options for the plan compare's loom row serves."""
+    if extra[0] == "--plan-from":
+        return ["--plan-from", extra[1]]
+    return ["--self-plan", "--perturb", extra[1]]
+
+
 def measure(label, spec, extra, time_limit):
     t0 = time.time()
     rows = tool("compare", spec, "--json", "--loom-time-limit",
@@ -146,11 +158,20 @@ def measure(label, spec, extra, time_limit):
     by = {r["allocator"]: r for r in rows}
     replay = tool("replay", spec, "--json", "--backend", "host",
                   "--check-data", "--time-limit", str(time_limit),
-                  *(["--plan-from", extra[1]] if extra[0] == "--plan-from"
-                    else ["--self-plan", "--perturb", extra[1]]))
+                  *plan_options(extra))
     loom = by["loom"]
     best = max(BASELINES, key=lambda a: by[a]["efficiency"])
     c = loom["counters"]
+    # Does loom settle once the work repeats? The row's input, then copies
+    # of its last iteration (stationary: loom_tool replay --then-repeat);
+    # the calls of each copy.
+    repeated = None
+    if c.get("steady_driver_calls") is not None:
+        again = tool("replay", spec, "--json", "--replan", "--per-iteration",
+                     "--time-limit", str(time_limit), "--then-repeat",
+                     str(REPEATS), *plan_options(extra))
+        repeated = [it["driver_calls"]
+                    for it in again["iterations"][-REPEATS:]]
     hits, misses = c.get("plan_hits", 0), c.get("plan_misses", 0)
     return {
         "row": label,
@@ -163,6 +184,7 @@ def measure(label, spec, extra, time_limit):
         "driver_calls": {a: by[a]["driver_calls"]["total"] for a in by},
         "driver_time": {a: by[a]["driver_time"] for a in by},
         "loom_steady_driver_calls": c.get("steady_driver_calls"),
+        "loom_repeated_driver_calls": repeated,
         "loom_counters": c,
         "hit_rate": hits / (hits + misses) if hits + misses else None,
         "host_corrupted": replay["corrupted"],
@@ -212,6 +234,8 @@ def verdicts(r):
     }
     if r["loom_steady_driver_calls"] is not None:
         out["steady"] = r["loom_steady_driver_calls"] == 0
+    if r.get("loom_repeated_driver_calls"):
+        out["settled"] = r["loom_repeated_driver_calls"][-1] == 0
     if any(word in r["row"] for word in MOE_ROW):
         out["moe98"] = e["loom"] >= 0.98
     return out
@@ -227,6 +251,9 @@ def summary(results):
                                "segments'"),
                       ("steady", "no driver call in loom's last iteration "
                                  "(multi-iteration rows)"),
+                      ("settled", f"no driver call once the last iteration "
+                                  f"repeats (the last of {REPEATS} copies of "
+                                  f"it replayed after the row)"),
                       ("moe98", "loom >= 98% on MoE rows"),
                       ("corrupted", "0 corrupted (host backend, "
                                     "--check-data)")):
@@ -251,7 +278,8 @@ def table(results):
     lines = [
         "| row | peak alloc (GiB) | pytorch | expandable | gmlake | loom "
         "| loom unplanned | loom - best | hit rate | loom driver calls (all / "
-        "last iteration) | expandable's | loom driver time (warm-up / "
+        "last iteration / copies of it) | expandable's | loom driver time "
+        "(warm-up / "
         "steady) | expandable's | corrupted (host) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         "---:|",
@@ -261,6 +289,10 @@ def table(results):
         best = e[r["best_baseline"]]
         calls = r["driver_calls"]["loom"]
         steady = r["loom_steady_driver_calls"]
+        repeated = r.get("loom_repeated_driver_calls")
+        last = "-" if steady is None else str(steady)
+        if repeated:
+            last += " / " + ", ".join(str(n) for n in repeated)
         lines.append(
             f"| {r['row']} | {r['peak_allocated_bytes'] / 2**30:.2f} "
             f"| {pct(e['pytorch'])} | {pct(e['pytorch_expandable'])} "
@@ -268,7 +300,7 @@ def table(results):
             f"| {pct(e['loom_unplanned'])} "
             f"| {100 * (e['loom'] - best):+.2f} "
             f"| {hit_rate_cell(r)} "
-            f"| {calls} / {'-' if steady is None else steady} "
+            f"| {calls} / {last} "
             f"| {r['driver_calls']['pytorch_expandable']} "
             f"| {driver_time(r, 'loom')} "
             f"| {driver_time(r, 'pytorch_expandable')} "

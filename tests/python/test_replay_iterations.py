@@ -94,3 +94,34 @@ def test_replan_needs_a_plan(loom_tool):
         capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode == 1
     assert "--replan re-plans around a plan" in done.stderr
+
+
+def test_then_repeat_appends_stationary_copies_of_the_last_iteration(
+        loom_tool):
+    # builtin:dense perturbed (10%: requests dropped, added and resized),
+    # planned from the unperturbed run, then three copies of its last
+    # iteration: the copies peak alike and loom settles (no driver call).
+    def run(*extra):
+        done = subprocess.run(
+            [str(loom_tool), "replay", "builtin:dense", "--self-plan",
+             "--perturb", "drop=10%,add=10%,resize=10%,seed=1", "--replan",
+             "--time-limit", "5", "--per-iteration", "--json", *extra],
+            capture_output=True, text=True, check=False, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["iterations"]
+
+    alone = run()
+    its = run("--then-repeat", "3")
+    assert len(its) == len(alone) + 3
+    # The input's own iterations are replayed as without the copies.
+    assert [it["peak_allocated_bytes"] for it in its[:len(alone)]] == \
+        [it["peak_allocated_bytes"] for it in alone]
+    copies = its[len(alone):]
+    assert [it["iteration"] for it in copies] == \
+        list(range(len(alone), len(alone) + 3))
+    assert len({it["peak_allocated_bytes"] for it in copies[1:]}) == 1
+    assert copies[-1]["driver_calls"] == 0
+    done = subprocess.run(
+        [str(loom_tool), "replay", "builtin:dense", "--then-repeat", "-1"],
+        capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 1 and "--then-repeat -1" in done.stderr

@@ -4,6 +4,7 @@
 #include <deque>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace loom::whatif {
@@ -111,6 +112,7 @@ StatusOr<RepeatedTrace> RepeatSteadyIteration(const plan::Trace& trace,
   });
   // incoming id -> the outgoing template request its free frees.
   std::unordered_map<uint64_t, uint64_t> carried;
+  std::unordered_set<uint64_t> made_once;  // template ids not copied
   for (uint64_t id : incoming) {
     auto it = outgoing.find(requests[id].size);
     if (it == outgoing.end() || it->second.empty()) {
@@ -121,7 +123,29 @@ StatusOr<RepeatedTrace> RepeatSteadyIteration(const plan::Trace& trace,
     it->second.pop_front();
     ++out.carried_frees;
   }
-  for (const auto& [size, ids] : outgoing) out.lasting_allocs += ids.size();
+  if (options.carry_any_size) {
+    // What is left, in allocation order whatever the sizes: a perturbed
+    // trace's resized and added requests.
+    std::vector<uint64_t> left_out;
+    for (const auto& [size, ids] : outgoing)
+      left_out.insert(left_out.end(), ids.begin(), ids.end());
+    std::sort(left_out.begin(), left_out.end(), [&](uint64_t a, uint64_t b) {
+      return requests[a].alloc < requests[b].alloc;
+    });
+    std::vector<uint64_t> left_in;
+    for (uint64_t id : incoming)
+      if (!carried.contains(id)) left_in.push_back(id);
+    const size_t pairs = std::min(left_in.size(), left_out.size());
+    for (size_t i = 0; i < pairs; ++i) carried[left_in[i]] = left_out[i];
+    out.carried_frees += pairs;
+    out.dropped_frees -= pairs;
+    // Requests still without a counterpart would stay live, one more per
+    // copy: they are made once, in the template, as persistent state is.
+    for (size_t i = pairs; i < left_out.size(); ++i)
+      made_once.insert(left_out[i]);
+  } else {
+    for (const auto& [size, ids] : outgoing) out.lasting_allocs += ids.size();
+  }
 
   // The copies. previous[template id] = the id it had in the copy before
   // (the template's own ids for the first copy).
@@ -139,6 +163,7 @@ StatusOr<RepeatedTrace> RepeatSteadyIteration(const plan::Trace& trace,
       plan::Event e = trace.events[t];
       switch (e.kind) {
         case plan::EventKind::kAlloc:
+          if (made_once.contains(e.id)) continue;
           current[e.id] = next_id;
           e.id = next_id++;
           break;

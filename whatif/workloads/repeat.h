@@ -22,7 +22,8 @@
 // template's own request in the kept part). Incoming frees without a
 // counterpart are left out of the copies (their request is gone after the
 // first); outgoing requests without one are never freed (they stay live,
-// as persistent state made in the template would).
+// as persistent state made in the template would), unless carry_any_size
+// pairs them with those frees or makes them only once.
 //
 // Invariant: the result is a well-formed trace (plan/trace/trace.h) whose
 // first `kept_events` events are the input's.
@@ -39,6 +40,12 @@ namespace loom::whatif {
 struct RepeatOptions {
   int64_t keep = 0;    // iterations kept (>= 1; iteration keep - 1 is copied)
   int64_t copies = 0;  // copies appended (>= 0)
+  // A stationary repeat: after matching by size, carry the incoming frees
+  // and outgoing requests left unmatched too, pairwise in allocation order
+  // whatever their sizes (a perturbed trace resized some and added others),
+  // and make the outgoing requests still left only once, in the template
+  // (lasting_allocs 0): live memory then peaks alike in every copy.
+  bool carry_any_size = false;
 };
 
 struct RepeatedTrace {

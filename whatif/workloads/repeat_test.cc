@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unordered_map>
+#include <vector>
+
 #include "whatif/workloads/load.h"
+#include "whatif/workloads/perturb.h"
 
 namespace loom::whatif {
 namespace {
@@ -87,6 +91,100 @@ TEST(RepeatTest, AFreeWithoutCounterpartIsLeftOutAndALastingAllocStays) {
   EXPECT_EQ(out->dropped_frees, 1u);
   EXPECT_EQ(out->lasting_allocs, 1u);
   EXPECT_EQ(out->trace.events.size(), t.events.size() + 3 * 3);
+}
+
+// Live bytes at each iteration's end marker.
+std::vector<uint64_t> LiveAtIterationEnds(const plan::Trace& trace) {
+  std::unordered_map<uint64_t, uint64_t> live;
+  uint64_t bytes = 0;
+  std::vector<uint64_t> out;
+  for (const Event& e : trace.events) {
+    if (e.kind == EventKind::kAlloc) {
+      live[e.id] = e.size;
+      bytes += e.size;
+    } else if (e.kind == EventKind::kFree) {
+      bytes -= live.at(e.id);
+      live.erase(e.id);
+    } else if (e.kind == EventKind::kIterationEnd) {
+      out.push_back(bytes);
+    }
+  }
+  return out;
+}
+
+// A perturbed template: its gradient resized (the free of the previous
+// iteration's 4096 bytes, a 4608-byte one made) and an added request never
+// freed. By size nothing matches: the copies drop the free and keep both
+// requests live, growing by 4608 + 700 bytes each. A stationary repeat
+// pairs the gradient whatever its size and makes the added request once.
+TEST(RepeatTest, AStationaryRepeatCarriesAnySizeAndMakesLeftoversOnce) {
+  plan::Trace t;
+  t.events.push_back(Event::IterationBegin(0));
+  t.events.push_back(Event::Alloc(1, 4096));  // gradient
+  t.events.push_back(Event::IterationEnd(0));
+  t.events.push_back(Event::IterationBegin(1));
+  t.events.push_back(Event::Free(1));
+  t.events.push_back(Event::Alloc(2, 1 << 20));  // activation
+  t.events.push_back(Event::Alloc(3, 4608));     // gradient, resized
+  t.events.push_back(Event::Alloc(4, 700));      // added, never freed
+  t.events.push_back(Event::Free(2));
+  t.events.push_back(Event::IterationEnd(1));
+
+  StatusOr<RepeatedTrace> by_size = RepeatSteadyIteration(t, {2, 3});
+  ASSERT_TRUE(by_size.ok()) << by_size.status().ToString();
+  EXPECT_EQ(by_size->dropped_frees, 1u);
+  EXPECT_EQ(by_size->lasting_allocs, 2u);
+  EXPECT_EQ(LiveAtIterationEnds(by_size->trace),
+            (std::vector<uint64_t>{4096, 5308, 10616, 15924, 21232}));
+
+  StatusOr<RepeatedTrace> stationary = RepeatSteadyIteration(
+      t, {.keep = 2, .copies = 3, .carry_any_size = true});
+  ASSERT_TRUE(stationary.ok()) << stationary.status().ToString();
+  EXPECT_TRUE(plan::ValidateTrace(stationary->trace).ok());
+  EXPECT_EQ(stationary->carried_frees, 1u);
+  EXPECT_EQ(stationary->dropped_frees, 0u);
+  EXPECT_EQ(stationary->lasting_allocs, 0u);
+  EXPECT_EQ(LiveAtIterationEnds(stationary->trace),
+            (std::vector<uint64_t>{4096, 5308, 5308, 5308, 5308}));
+}
+
+// The same on a perturbed training loop whose gradients cross the
+// boundary (freed by the next iteration's zero_grad): every copy ends with
+// the same live bytes; by size alone the copies drift.
+TEST(RepeatTest, APerturbedTrainingLoopRepeatsStationary) {
+  plan::Trace t;
+  uint64_t id = 1;
+  std::vector<uint64_t> grads;
+  for (uint64_t it = 0; it < 4; ++it) {
+    t.events.push_back(Event::IterationBegin(it));
+    for (uint64_t g : grads) t.events.push_back(Event::Free(g));
+    grads.clear();
+    for (int layer = 0; layer < 8; ++layer) {
+      const uint64_t act = id++;
+      t.events.push_back(Event::Alloc(act, 1 << 20));
+      grads.push_back(id);
+      t.events.push_back(Event::Alloc(id++, 65536));
+      t.events.push_back(Event::Free(act));
+    }
+    t.events.push_back(Event::IterationEnd(it));
+  }
+  const plan::Trace perturbed =
+      Perturb(t, PerturbOptions{.add = 0.3, .resize = 0.5, .seed = 3});
+  const int64_t keep = CompleteIterations(perturbed, 1);
+  ASSERT_EQ(keep, 4);
+  StatusOr<RepeatedTrace> out = RepeatSteadyIteration(
+      perturbed, {.keep = keep, .copies = 4, .carry_any_size = true});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(plan::ValidateTrace(out->trace).ok());
+  EXPECT_EQ(out->lasting_allocs, 0u);
+  const std::vector<uint64_t> live = LiveAtIterationEnds(out->trace);
+  ASSERT_EQ(live.size(), static_cast<size_t>(keep + 4));
+  for (size_t i = keep + 1; i < live.size(); ++i)
+    EXPECT_EQ(live[i], live[keep]) << i;
+  StatusOr<RepeatedTrace> by_size = RepeatSteadyIteration(perturbed, {keep, 4});
+  ASSERT_TRUE(by_size.ok());
+  const std::vector<uint64_t> drifting = LiveAtIterationEnds(by_size->trace);
+  EXPECT_NE(drifting.back(), drifting[keep]);
 }
 
 TEST(RepeatTest, Errors) {
