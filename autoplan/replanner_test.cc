@@ -185,6 +185,95 @@ TEST_F(ReplannerTest, AnIterationWhoseRequestsLiveOnIsPlannedAfterTheNext) {
   ASSERT_TRUE(allocator_->Free(carried).ok());
 }
 
+// One iteration whose order fragments a dynamic space: pairs of a large
+// and a small buffer (1.5 and 0.5 units, sharing granules), the large ones
+// freed, then one of 32 units while the small ones live, and a carried
+// buffer freed by the next iteration. Served as it comes, the 32 units find
+// no hole (every granule between the holes holds a small buffer); a plan
+// puts the small buffers together and the 32 units where the large ones
+// were.
+void RunFragmentingIteration(vmm::Allocator& a, uint64_t unit, uint64_t number,
+                             Replanner* replanner, vmm::DevicePtr* carried) {
+  if (replanner != nullptr) replanner->BeforeIterationBegin();
+  a.IterationBegin(number);
+  if (*carried != 0) {
+    ASSERT_TRUE(a.Free(*carried).ok());
+    *carried = 0;
+  }
+  std::vector<vmm::DevicePtr> large, small;
+  for (int i = 0; i < 24; ++i) {
+    StatusOr<vmm::DevicePtr> l = a.Allocate(unit + unit / 2, 0);
+    StatusOr<vmm::DevicePtr> s = a.Allocate(unit / 2, 0);
+    ASSERT_TRUE(l.ok() && s.ok());
+    large.push_back(*l);
+    small.push_back(*s);
+  }
+  for (vmm::DevicePtr p : large) ASSERT_TRUE(a.Free(p).ok());
+  StatusOr<vmm::DevicePtr> wide = a.Allocate(32 * unit, 0);
+  ASSERT_TRUE(wide.ok()) << wide.status().ToString();
+  ASSERT_TRUE(a.Free(*wide).ok());
+  for (vmm::DevicePtr p : small) ASSERT_TRUE(a.Free(p).ok());
+  StatusOr<vmm::DevicePtr> c = a.Allocate(unit, 0);
+  ASSERT_TRUE(c.ok());
+  *carried = *c;
+  a.IterationEnd(number);
+  a.CheckInvariants();
+}
+
+TEST_F(ReplannerTest, AVariantWithABufferLivingIntoTheNextIterationHits) {
+  // Shape B fragments the dynamic space (RunFragmentingIteration) and
+  // carries a buffer into the next iteration: its variant is planned after
+  // the next iteration (the carried buffer's lifetime ends there), holds
+  // less than serving it dynamically did (so it is installed, not
+  // refused), and serves every later B iteration with all hits, the
+  // carried buffer included, and no driver call.
+  constexpr uint64_t kA = kG, kB = 3 * kG;
+  vmm::DevicePtr carried = 0;
+  for (uint64_t it = 0; it < 2; ++it)
+    RunFragmentingIteration(*allocator_, kA, it, nullptr, &carried);
+  plan::MakePlanOptions make;
+  make.time_limit_seconds = 1;
+  make.granule_bytes = kG;
+  make.include_persistent = false;
+  StatusOr<plan::MadePlan> made = plan::MakePlan(allocator_->TakeTrace(), make);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  allocator_->StopRecording();
+  StatusOr<vmm::RuntimePlan> plan = vmm::ToRuntimePlan(made->file, "test", kG);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_TRUE(allocator_->LoadPlan(*plan).ok());
+
+  ReplanOptions options;
+  options.plan_options.time_limit_seconds = 1;
+  Replanner replanner(*allocator_, options);
+  uint64_t n = 2;
+  auto run = [&](uint64_t unit) {
+    RunFragmentingIteration(*allocator_, unit, n++, &replanner, &carried);
+  };
+  run(kA);
+  run(kB);  // suspended
+  EXPECT_TRUE(allocator_->PlanSuspended());
+  run(kB);  // recorded on: the carried buffer ends here
+  EXPECT_EQ(replanner.stats().attempts, 0u);
+  run(kB);  // planned at its boundary
+  EXPECT_EQ(replanner.stats().attempts, 1u);
+  EXPECT_EQ(replanner.stats().replans, 1u) << replanner.stats().last_error;
+  EXPECT_EQ(allocator_->stats().plan_variants_refused, 0u);
+  EXPECT_EQ(allocator_->plan_variants(), 2u);
+  run(kB);
+  const uint64_t calls = DriverCalls();
+  const vmm::AllocatorStats before = allocator_->stats();
+  run(kB);
+  run(kB);
+  const vmm::AllocatorStats after = allocator_->stats();
+  EXPECT_FALSE(allocator_->PlanSuspended());
+  // 24 pairs, the 32 units and the carried buffer, per iteration.
+  EXPECT_EQ(after.plan_hits - before.plan_hits, 2u * 50u);
+  EXPECT_EQ(after.plan_misses, before.plan_misses);
+  EXPECT_EQ(after.reserved_bytes.peak, before.reserved_bytes.peak);
+  EXPECT_EQ(DriverCalls(), calls) << "driver calls in steady state";
+  ASSERT_TRUE(allocator_->Free(carried).ok());
+}
+
 TEST_F(ReplannerTest, WhatTheRecordedIterationMadeForGoodIsNotPlanned) {
   // The first iteration of the new shape is also the one that makes
   // state for good (a run restarted with another micro-batch: its first
