@@ -200,7 +200,8 @@ int RunReplay(const Args& args) {
             .copies = then_repeat,
             .carry_any_size = true});
     if (!repeated.ok())
-      return fail(repeated.status().WithContext("--then-repeat"));
+      return fail(repeated.status().WithContext(
+          "--then-repeat copies the input's last complete iteration"));
     workload->trace = std::move(repeated->trace);
   }
   // The device the plan is made for, as `loom plan` makes it.
