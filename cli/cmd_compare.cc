@@ -19,6 +19,7 @@
 #include "whatif/sim/caching_config.h"
 #include "whatif/workloads/load.h"
 #include "whatif/workloads/perturb.h"
+#include "whatif/workloads/repeat.h"
 
 namespace loom::cli {
 namespace {
@@ -55,6 +56,7 @@ int RunCompare(const Args& args) {
   std::string loom_plan_csv;
   std::string rows_json;
   std::string plan_from, perturb_text;
+  int64_t then_repeat = 0;
   std::string builtins;
   for (const std::string& name : whatif::BuiltinWorkloadNames()) {
     builtins += (builtins.empty() ? "builtin:" : ", builtin:") + name;
@@ -120,6 +122,12 @@ int RunCompare(const Args& args) {
                   "replay a perturbed input: drop=P,add=P,resize=P,seed=S "
                   "(P a fraction or a percentage); every allocator replays "
                   "the same perturbed trace");
+  flags.AddInt("then-repeat", &then_repeat,
+               "every allocator replays the input (perturbed, with "
+               "--perturb) followed by N stationary copies of its last "
+               "complete iteration (loom plans from the input as without "
+               "them): the steady state is then the last copy's, whether "
+               "each allocator settles once the work repeats");
   flags.AddSize("frag-limit", &frag_limit,
                 "gmlake: stitch requests of at least this size (512MiB)");
   flags.AddDouble("reuse-limit", &reuse_limit,
@@ -226,6 +234,16 @@ int RunCompare(const Args& args) {
     plan_trace = std::make_shared<const plan::Trace>(*std::move(planning));
   }
   if (perturbed) workload->trace = whatif::Perturb(workload->trace, perturb);
+  if (then_repeat != 0) {
+    StatusOr<plan::Trace> repeated =
+        whatif::ThenRepeatLastIteration(workload->trace, then_repeat);
+    if (!repeated.ok()) {
+      std::fprintf(stderr, "loom compare: --then-repeat: %s\n",
+                   repeated.status().message().c_str());
+      return 1;
+    }
+    workload->trace = *std::move(repeated);
+  }
 
   std::vector<whatif::AllocatorFactory> factories =
       whatif::BaselineAllocators(options);

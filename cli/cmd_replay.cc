@@ -188,21 +188,12 @@ int RunReplay(const Args& args) {
   if (perturb.any()) {
     workload->trace = whatif::Perturb(workload->trace, perturb);
   }
-  if (then_repeat < 0) {
-    return fail(InvalidArgumentError("--then-repeat {}: give a count >= 0",
-                                     then_repeat));
-  }
-  if (then_repeat > 0) {
-    StatusOr<whatif::RepeatedTrace> repeated = whatif::RepeatSteadyIteration(
-        workload->trace,
-        whatif::RepeatOptions{
-            .keep = whatif::CompleteIterations(workload->trace, 1),
-            .copies = then_repeat,
-            .carry_any_size = true});
+  if (then_repeat != 0) {
+    StatusOr<plan::Trace> repeated =
+        whatif::ThenRepeatLastIteration(workload->trace, then_repeat);
     if (!repeated.ok())
-      return fail(repeated.status().WithContext(
-          "--then-repeat copies the input's last complete iteration"));
-    workload->trace = std::move(repeated->trace);
+      return fail(repeated.status().WithContext("--then-repeat"));
+    workload->trace = *std::move(repeated);
   }
   // The device the plan is made for, as `loom plan` makes it.
   granularity =

@@ -96,19 +96,26 @@ def test_replan_needs_a_plan(loom_tool):
     assert "--replan re-plans around a plan" in done.stderr
 
 
+def perturbed_dense(loom_tool, command, *args):
+    """`loom_tool COMMAND builtin:dense` perturbed 10% (requests dropped,
+    added and resized; planned from the unperturbed run), its JSON."""
+    done = subprocess.run(
+        [str(loom_tool), command, "builtin:dense", "--perturb",
+         "drop=10%,add=10%,resize=10%,seed=1", "--json", *args],
+        capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def test_then_repeat_appends_stationary_copies_of_the_last_iteration(
         loom_tool):
     # builtin:dense perturbed (10%: requests dropped, added and resized),
     # planned from the unperturbed run, then three copies of its last
     # iteration: the copies peak alike and loom settles (no driver call).
     def run(*extra):
-        done = subprocess.run(
-            [str(loom_tool), "replay", "builtin:dense", "--self-plan",
-             "--perturb", "drop=10%,add=10%,resize=10%,seed=1", "--replan",
-             "--time-limit", "5", "--per-iteration", "--json", *extra],
-            capture_output=True, text=True, check=False, timeout=300)
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)["iterations"]
+        return perturbed_dense(loom_tool, "replay", "--self-plan", "--replan",
+                               "--time-limit", "5", "--per-iteration",
+                               *extra)["iterations"]
 
     alone = run()
     its = run("--then-repeat", "3")
@@ -124,4 +131,25 @@ def test_then_repeat_appends_stationary_copies_of_the_last_iteration(
     done = subprocess.run(
         [str(loom_tool), "replay", "builtin:dense", "--then-repeat", "-1"],
         capture_output=True, text=True, check=False, timeout=60)
-    assert done.returncode == 1 and "--then-repeat -1" in done.stderr
+    assert done.returncode == 1 and "--then-repeat: -1 copies" in \
+        done.stderr and ">= 0" in done.stderr
+
+
+def test_compare_then_repeat_gives_every_allocator_the_same_copies(
+        loom_tool):
+    # `compare --then-repeat`: every allocator replays the same extended
+    # trace (more events than the input), loom planned from the input as
+    # without the copies; the steady state is the last copy's, and on this
+    # perturbed run no allocator makes a call there.
+    def rows(*extra):
+        return {r["allocator"]: r for r in perturbed_dense(
+            loom_tool, "compare", "--loom-time-limit", "2", *extra)}
+
+    alone, repeated = rows(), rows("--then-repeat", "3")
+    assert set(repeated) == set(alone)
+    events = {r["events_replayed"] for r in repeated.values()}
+    assert len(events) == 1 and events.pop() > alone["loom"]["events_replayed"]
+    for name, r in repeated.items():
+        assert r["steady_driver_calls_by_kind"]["total"] == 0, name
+        assert r["peak_allocated_bytes"] >= alone[name]["peak_allocated_bytes"]
+    assert repeated["loom"]["counters"]["steady_driver_calls"] == 0

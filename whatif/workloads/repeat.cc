@@ -191,4 +191,21 @@ StatusOr<RepeatedTrace> RepeatSteadyIteration(const plan::Trace& trace,
   return out;
 }
 
+StatusOr<plan::Trace> ThenRepeatLastIteration(const plan::Trace& trace,
+                                              int64_t copies) {
+  if (copies < 0) {
+    return InvalidArgumentError(
+        "{} copies of the last iteration (give a count >= 0)", copies);
+  }
+  StatusOr<RepeatedTrace> repeated = RepeatSteadyIteration(
+      trace, RepeatOptions{.keep = CompleteIterations(trace, 1),
+                           .copies = copies,
+                           .carry_any_size = true});
+  if (!repeated.ok()) {
+    return repeated.status().WithContext(
+        "copying the input's last complete iteration");
+  }
+  return std::move(repeated->trace);
+}
+
 }  // namespace loom::whatif

@@ -68,6 +68,13 @@ int64_t CompleteIterations(const plan::Trace& trace, int64_t from);
 StatusOr<RepeatedTrace> RepeatSteadyIteration(const plan::Trace& trace,
                                               const RepeatOptions& options);
 
+// The trace followed by `copies` stationary copies (carry_any_size) of its
+// last complete iteration: what `--then-repeat` replays (does an allocator
+// settle once the work repeats?). INVALID_ARGUMENT for copies < 0 or a
+// trace without a complete iteration with its markers.
+StatusOr<plan::Trace> ThenRepeatLastIteration(const plan::Trace& trace,
+                                              int64_t copies);
+
 }  // namespace loom::whatif
 
 #endif  // LOOM_WHATIF_WORKLOADS_REPEAT_H_

@@ -187,6 +187,30 @@ TEST(RepeatTest, APerturbedTrainingLoopRepeatsStationary) {
   EXPECT_NE(drifting.back(), drifting[keep]);
 }
 
+TEST(RepeatTest, ThenRepeatCopiesTheLastCompleteIteration) {
+  const plan::Trace trace = Training();  // iterations 0..2
+  StatusOr<plan::Trace> out = ThenRepeatLastIteration(trace, 2);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(plan::ValidateTrace(*out).ok());
+  EXPECT_EQ(CompleteIterations(*out, 1), 5);
+  EXPECT_EQ(LiveAtIterationEnds(*out),
+            (std::vector<uint64_t>{4096 + 4096 + 8192, 4096 + 4096 + 8192,
+                                   4096 + 4096 + 8192, 4096 + 4096 + 8192,
+                                   4096 + 4096 + 8192}));
+  StatusOr<plan::Trace> none = ThenRepeatLastIteration(trace, 0);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->events.size(), trace.events.size());
+  EXPECT_FALSE(ThenRepeatLastIteration(trace, -1).ok());
+  plan::Trace unmarked;  // one step without iteration markers
+  unmarked.events.push_back(Event::Alloc(1, 4096));
+  unmarked.events.push_back(Event::Free(1));
+  StatusOr<plan::Trace> refused = ThenRepeatLastIteration(unmarked, 1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("last complete iteration"),
+            std::string::npos)
+      << refused.status().message();
+}
+
 TEST(RepeatTest, Errors) {
   const plan::Trace trace = Training();
   EXPECT_FALSE(RepeatSteadyIteration(trace, RepeatOptions{0, 1}).ok());
