@@ -140,8 +140,10 @@ def tool(*args):
 
 
 # Copies of a multi-iteration row's last iteration replayed after it, to
-# see loom settle; the last copy must make no driver call.
+# see loom settle (and expandable segments beside it); loom's last copy
+# must make no driver call.
 REPEATS = 3
+SETTLING = ("pytorch_expandable", "loom")
 
 
 def plan_options(extra):
@@ -162,16 +164,16 @@ def measure(label, spec, extra, time_limit):
     loom = by["loom"]
     best = max(BASELINES, key=lambda a: by[a]["efficiency"])
     c = loom["counters"]
-    # Does loom settle once the work repeats? The row's input, then copies
-    # of its last iteration (stationary: loom_tool replay --then-repeat);
-    # the calls of each copy.
+    # Does loom settle once the work repeats, and do expandable segments?
+    # The row's input, then stationary copies of its last iteration
+    # (loom_tool compare --then-repeat): the calls of the last copy.
     repeated = None
     if c.get("steady_driver_calls") is not None:
-        again = tool("replay", spec, "--json", "--replan", "--per-iteration",
-                     "--time-limit", str(time_limit), "--then-repeat",
-                     str(REPEATS), *plan_options(extra))
-        repeated = [it["driver_calls"]
-                    for it in again["iterations"][-REPEATS:]]
+        again = tool("compare", spec, "--json", "--loom-time-limit",
+                     str(time_limit), "--allocators", ",".join(SETTLING),
+                     "--then-repeat", str(REPEATS), *extra)
+        repeated = {r["allocator"]: r["steady_driver_calls_by_kind"]["total"]
+                    for r in again}
     hits, misses = c.get("plan_hits", 0), c.get("plan_misses", 0)
     return {
         "row": label,
@@ -184,7 +186,7 @@ def measure(label, spec, extra, time_limit):
         "driver_calls": {a: by[a]["driver_calls"]["total"] for a in by},
         "driver_time": {a: by[a]["driver_time"] for a in by},
         "loom_steady_driver_calls": c.get("steady_driver_calls"),
-        "loom_repeated_driver_calls": repeated,
+        "repeated_steady_driver_calls": repeated,
         "loom_counters": c,
         "hit_rate": hits / (hits + misses) if hits + misses else None,
         "host_corrupted": replay["corrupted"],
@@ -234,8 +236,8 @@ def verdicts(r):
     }
     if r["loom_steady_driver_calls"] is not None:
         out["steady"] = r["loom_steady_driver_calls"] == 0
-    if r.get("loom_repeated_driver_calls"):
-        out["settled"] = r["loom_repeated_driver_calls"][-1] == 0
+    if r.get("repeated_steady_driver_calls"):
+        out["settled"] = r["repeated_steady_driver_calls"]["loom"] == 0
     if any(word in r["row"] for word in MOE_ROW):
         out["moe98"] = e["loom"] >= 0.98
     return out
@@ -252,8 +254,8 @@ def summary(results):
                       ("steady", "no driver call in loom's last iteration "
                                  "(multi-iteration rows)"),
                       ("settled", f"no driver call once the last iteration "
-                                  f"repeats (the last of {REPEATS} copies of "
-                                  f"it replayed after the row)"),
+                                  f"repeats (in the last of {REPEATS} copies "
+                                  f"of it replayed after the row)"),
                       ("moe98", "loom >= 98% on MoE rows"),
                       ("corrupted", "0 corrupted (host backend, "
                                     "--check-data)")):
@@ -278,9 +280,10 @@ def table(results):
     lines = [
         "| row | peak alloc (GiB) | pytorch | expandable | gmlake | loom "
         "| loom unplanned | loom - best | hit rate | loom driver calls (all / "
-        "last iteration / copies of it) | expandable's | loom driver time "
-        "(warm-up / "
-        "steady) | expandable's | corrupted (host) |",
+        f"last iteration / last of {REPEATS} copies of it) "
+        "| expandable's (all / last copy) "
+        "| loom driver time (warm-up / steady) | expandable's "
+        "| corrupted (host) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         "---:|",
     ]
@@ -289,10 +292,12 @@ def table(results):
         best = e[r["best_baseline"]]
         calls = r["driver_calls"]["loom"]
         steady = r["loom_steady_driver_calls"]
-        repeated = r.get("loom_repeated_driver_calls")
+        repeated = r.get("repeated_steady_driver_calls")
         last = "-" if steady is None else str(steady)
+        expandable = str(r["driver_calls"]["pytorch_expandable"])
         if repeated:
-            last += " / " + ", ".join(str(n) for n in repeated)
+            last += f" / {repeated['loom']}"
+            expandable += f" / {repeated['pytorch_expandable']}"
         lines.append(
             f"| {r['row']} | {r['peak_allocated_bytes'] / 2**30:.2f} "
             f"| {pct(e['pytorch'])} | {pct(e['pytorch_expandable'])} "
@@ -301,7 +306,7 @@ def table(results):
             f"| {100 * (e['loom'] - best):+.2f} "
             f"| {hit_rate_cell(r)} "
             f"| {calls} / {last} "
-            f"| {r['driver_calls']['pytorch_expandable']} "
+            f"| {expandable} "
             f"| {driver_time(r, 'loom')} "
             f"| {driver_time(r, 'pytorch_expandable')} "
             f"| {r['host_corrupted']} |")

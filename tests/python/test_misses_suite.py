@@ -29,8 +29,10 @@ def test_quick_suite_meets_its_targets(tmp_path):
     moe = rows["builtin:moe_comm planned from seed 2"]
     assert moe["efficiency"]["loom"] >= 0.98
     assert moe["loom_steady_driver_calls"] == 0
-    # Copies of its last iteration replayed after it: none makes a call.
-    assert moe["loom_repeated_driver_calls"] == [0, 0, 0]
+    # Copies of its last iteration replayed after it: the last makes no
+    # call, loom's nor expandable segments'.
+    assert moe["repeated_steady_driver_calls"] == {
+        "pytorch_expandable": 0, "loom": 0}
     # Driver time beside the calls: none in the steady state.
     assert moe["driver_time"]["loom"]["steady_us"] == 0
     assert moe["driver_time"]["loom"]["warmup_us"] > 0
