@@ -18,6 +18,18 @@ namespace {
 constexpr uint64_t kG = 64 << 10;
 constexpr uint64_t kWeights = uint64_t{2} << 30;
 
+// Opens iteration `number` (the re-planner first, at its boundary) and
+// frees the buffer the previous iteration carried into it, if any.
+void BeginIteration(vmm::Allocator& a, uint64_t number, Replanner* replanner,
+                    vmm::DevicePtr* carried) {
+  if (replanner != nullptr) replanner->BeforeIterationBegin();
+  a.IterationBegin(number);
+  if (carried != nullptr && *carried != 0) {
+    ASSERT_TRUE(a.Free(*carried).ok());
+    *carried = 0;
+  }
+}
+
 // One iteration of a shape: buffers of `unit` bytes and multiples,
 // allocated and freed in a fixed nesting (an activation stack). With
 // `state`, the iteration also makes `state_bytes` that live on (appended
@@ -28,12 +40,7 @@ void RunIteration(vmm::Allocator& a, uint64_t unit, uint64_t number,
                   Replanner* replanner, uint64_t state_bytes = 0,
                   std::vector<vmm::DevicePtr>* state = nullptr,
                   vmm::DevicePtr* carried = nullptr) {
-  if (replanner != nullptr) replanner->BeforeIterationBegin();
-  a.IterationBegin(number);
-  if (carried != nullptr && *carried != 0) {
-    ASSERT_TRUE(a.Free(*carried).ok());
-    *carried = 0;
-  }
+  ASSERT_NO_FATAL_FAILURE(BeginIteration(a, number, replanner, carried));
   std::vector<vmm::DevicePtr> live;
   for (uint64_t i = 1; i <= 6; ++i) {
     StatusOr<vmm::DevicePtr> p = a.Allocate(unit * i, 0);
@@ -194,12 +201,7 @@ TEST_F(ReplannerTest, AnIterationWhoseRequestsLiveOnIsPlannedAfterTheNext) {
 // were.
 void RunFragmentingIteration(vmm::Allocator& a, uint64_t unit, uint64_t number,
                              Replanner* replanner, vmm::DevicePtr* carried) {
-  if (replanner != nullptr) replanner->BeforeIterationBegin();
-  a.IterationBegin(number);
-  if (*carried != 0) {
-    ASSERT_TRUE(a.Free(*carried).ok());
-    *carried = 0;
-  }
+  ASSERT_NO_FATAL_FAILURE(BeginIteration(a, number, replanner, carried));
   std::vector<vmm::DevicePtr> large, small;
   for (int i = 0; i < 24; ++i) {
     StatusOr<vmm::DevicePtr> l = a.Allocate(unit + unit / 2, 0);
