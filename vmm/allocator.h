@@ -362,7 +362,16 @@ class Allocator {
   // planned place if it is free (the same safety check as a hit), so what
   // the first step makes for good is where the plan and its variants
   // expect it. A request that took an entry and is freed offers it again.
+  // From the run's second iteration on (kStitchFromIteration: the first
+  // iteration's peak is known), an entry whose place has unbacked granules
+  // is passed over when backing them would raise the memory held above its
+  // peak: the request is then served from memory already held (misses.md,
+  // eighteenth session: a perturbed run still in its prologue backed 50 new
+  // granules there beside 3.7 GiB of idle static chunks).
   std::optional<DevicePtr> PlacePersistent(uint64_t size, Stream stream);
+  // True when placing `entry` would back granules its place lacks beyond
+  // the memory held at the peak (PlacePersistent's rule).
+  bool PlaceRaisesPeak(const PlannedRequest& entry) const;
   // True while an early iteration (after the set-up) is the run's
   // warm-up for a plan that has not lost: a request the plan does not
   // serve may take a persistent entry's place (PlacePersistent).

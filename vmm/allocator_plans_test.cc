@@ -686,5 +686,81 @@ TEST(AllocatorPlansTest, ASuspendedFirstStepKeepsItsOptimizerStateInTheRegion) {
   a->CheckInvariants();
 }
 
+TEST(AllocatorPlansTest, ALaterSuspendedIterationPlacesStateOnlyUnderThePeak) {
+  // A recording with two early iterations: the first makes 20 activations
+  // of 3 granules, the second 20 requests of 5 granules the plan left to
+  // the dynamic space and W's two optimizer states S1, S2, at
+  // [200 kG, 204 kG) (far from the activations: not backed with them).
+  RuntimePlan plan;
+  plan.period = 40;
+  plan.prologue_iterations = 2;
+  plan.prologue.push_back({2 * kG, 0, 0, 1000});
+  for (int i = 0; i < 20; ++i) {
+    plan.prologue.push_back(
+        {3 * kG, static_cast<int64_t>((2 + 3 * i) * kG), i, 40 - i});
+  }
+  for (int i = 0; i < 20; ++i) {
+    plan.prologue.push_back({8 * kG, kUnplanned, i, 40 - i});
+  }
+  plan.prologue.push_back({2 * kG, static_cast<int64_t>(200 * kG), 0, 1000});
+  plan.prologue.push_back({2 * kG, static_cast<int64_t>(202 * kG), 0, 1000});
+  for (int i = 0; i < 20; ++i) {
+    plan.iteration.push_back(
+        {3 * kG, static_cast<int64_t>((2 + 3 * i) * kG), i, 40 - i});
+  }
+  plan.region_bytes = 204 * kG;
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(plan).ok());
+  const DevicePtr weight = *a->Allocate(2 * kG, 0);  // the set-up: a hit
+  // The first early iteration as recorded: 20 hits.
+  RunStack(*a, *d, 3 * kG, 20, 0);
+  ASSERT_EQ(a->stats().plan_hits, 21u);
+  // The second's requests are served by the dynamic space (new memory,
+  // idle once freed); requests without a steady twin count against the
+  // fit: the plan is suspended.
+  a->IterationBegin(1);
+  std::vector<DevicePtr> acts;
+  for (int i = 0; i < 20; ++i) acts.push_back(*a->Allocate(8 * kG, 0));
+  ASSERT_TRUE(a->PlanSuspended());
+  for (DevicePtr p : acts) ASSERT_TRUE(a->Free(p).ok());
+  ASSERT_EQ(a->stats().iterations, kStitchFromIteration);
+  const uint64_t peak = a->stats().reserved_bytes.peak;
+  const uint64_t backed = a->stats().static_backed_bytes;
+  const auto calls = a->stats().driver_calls;
+  // The states, for good: their planned places were never backed, and
+  // new pages for them would raise the memory held above its peak while
+  // 160 granules are idle (backing them anyway first unmaps and releases an
+  // idle arena chunk). They are served from memory already held, without
+  // a driver call; nothing is backed.
+  const DevicePtr s1 = *a->Allocate(2 * kG, 0);
+  const DevicePtr s2 = *a->Allocate(2 * kG, 0);
+  EXPECT_NE(s1, weight + 200 * kG);
+  EXPECT_NE(s2, weight + 202 * kG);
+  EXPECT_EQ(a->stats().persistent_placements, 0u);
+  EXPECT_EQ(a->stats().static_backed_bytes, backed);
+  EXPECT_EQ(a->stats().reserved_bytes.peak, peak);
+  EXPECT_EQ(a->stats().driver_calls, calls);
+  ASSERT_TRUE(d->Memset(s1, 0x31, 2 * kG).ok());
+  ASSERT_TRUE(d->Memset(s2, 0x32, 2 * kG).ok());
+  a->IterationEnd(1);
+  // The steady iterations are served by the plan around them, from memory
+  // already held: S1 sits in idle bytes of W's chunk where an activation
+  // is planned, which is served elsewhere (the safety check). The states
+  // keep their bytes.
+  RunStack(*a, *d, 3 * kG, 20, 2);
+  const uint64_t hits = a->stats().plan_hits;
+  RunStack(*a, *d, 3 * kG, 20, 3);
+  EXPECT_EQ(a->stats().plan_hits - hits, 19u);
+  EXPECT_EQ(a->stats().reserved_bytes.peak, peak);
+  std::vector<uint8_t> back(2 * kG);
+  ASSERT_TRUE(d->CopyToHost(back.data(), s1, 2 * kG).ok());
+  for (uint8_t b : back) ASSERT_EQ(b, 0x31);
+  ASSERT_TRUE(d->CopyToHost(back.data(), s2, 2 * kG).ok());
+  for (uint8_t b : back) ASSERT_EQ(b, 0x32);
+  for (DevicePtr p : {s1, s2, weight}) ASSERT_TRUE(a->Free(p).ok());
+  a->CheckInvariants();
+}
+
 }  // namespace
 }  // namespace loom::vmm

@@ -84,7 +84,7 @@ std::optional<DevicePtr> Allocator::PlacePersistent(uint64_t size,
                                                     Stream stream) {
   std::optional<DevicePtr> placed;
   ForEachNextPersistent([&](size_t i, const PlannedRequest& entry) {
-    if (entry.size != size) return false;
+    if (entry.size != size || PlaceRaisesPeak(entry)) return false;
     placed = TryStatic(entry, size, stream);
     if (!placed.has_value()) return false;
     ++stats_.persistent_placements;
@@ -93,6 +93,17 @@ std::optional<DevicePtr> Allocator::PlacePersistent(uint64_t size,
     return true;
   });
   return placed;
+}
+
+bool Allocator::PlaceRaisesPeak(const PlannedRequest& entry) const {
+  if (stats_.iterations < kStitchFromIteration) return false;
+  const uint64_t at = static_cast<uint64_t>(entry.offset);
+  uint32_t unbacked = 0;
+  for (uint64_t k = at / granularity_;
+       k <= (at + entry.size - 1) / granularity_; ++k) {
+    if (region_->page(static_cast<uint32_t>(k)) == kNoPage) ++unbacked;
+  }
+  return unbacked > 0 && !pool_.FitsUnderPeak(unbacked);
 }
 
 RequestContext Allocator::ContextFor(uint64_t size, Stream stream,
