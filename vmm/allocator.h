@@ -367,7 +367,7 @@ class Allocator {
   // is passed over when backing them would raise the memory held above its
   // peak: the request is then served from memory already held (misses.md,
   // eighteenth session: a perturbed run still in its prologue backed 50 new
-  // granules there beside 3.7 GiB of idle static chunks).
+  // granules there beside at least 3.7 GiB of idle static chunks).
   std::optional<DevicePtr> PlacePersistent(uint64_t size, Stream stream);
   // True when placing `entry` would back granules its place lacks beyond
   // the memory held at the peak (PlacePersistent's rule).
