@@ -370,7 +370,8 @@ class Allocator {
   // granules there beside at least 3.7 GiB of idle static chunks).
   std::optional<DevicePtr> PlacePersistent(uint64_t size, Stream stream);
   // True when placing `entry` would back granules its place lacks beyond
-  // the memory held at the peak (PlacePersistent's rule).
+  // the memory held at the peak (PlacePersistent's rule). REQUIRES: a
+  // region exists and `entry` has a place (a persistent prologue entry).
   bool PlaceRaisesPeak(const PlannedRequest& entry) const;
   // True while an early iteration (after the set-up) is the run's
   // warm-up for a plan that has not lost: a request the plan does not
