@@ -227,7 +227,8 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
       learned = birth.window != nullptr;
       ptr = ServeUnforeseen(
           size, stream, until,
-          slot != nullptr ? PagesOf(*slot) : std::vector<PageId>{}, &where);
+          slot != nullptr ? PagesOf(*slot) : std::vector<PageId>{}, &where,
+          /*in_dynamic_module=*/true);
     }
   } else if (serving_ != nullptr && trial_left_ > 0) [[unlikely]] {
     // A trial (IterationBegin): the matcher follows, the arena serves; the

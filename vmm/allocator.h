@@ -351,11 +351,13 @@ class Allocator {
   // A request the plan did not place (a miss, an extra request, a dynamic
   // module's), expected to end at iteration time `until` (-1: unknown):
   // bytes of the static region idle until then if there are, else the
-  // arena (`preferred` pages first). Sets *where.
+  // arena (`preferred` pages first). Sets *where. `in_dynamic_module`: a
+  // dynamic module's request (AllocateInArena).
   StatusOr<DevicePtr> ServeUnforeseen(uint64_t size, Stream stream,
                                       int64_t until,
                                       std::vector<PageId> preferred,
-                                      Where* where);
+                                      Where* where,
+                                      bool in_dynamic_module = false);
   // While the plan is suspended in an early iteration: a request of the
   // size of one of the next kPersistentLookahead persistent prologue
   // entries (weights, optimizer state) not yet served takes that entry's
@@ -437,9 +439,12 @@ class Allocator {
   // Serves a request from the arena, its pages chosen by a LendingPolicy
   // (lending_policy.h) for this request: expected to end at iteration time
   // `until` (-1: unknown), `preferred` pages first.
+  // `in_dynamic_module`: made inside a module marked dynamic (smaller new
+  // chunks, LendingPolicy::kMaxNewDynamicChunkBytes).
   StatusOr<DevicePtr> AllocateInArena(uint64_t size, Stream stream,
                                       int64_t until,
-                                      std::vector<PageId> preferred = {});
+                                      std::vector<PageId> preferred = {},
+                                      bool in_dynamic_module = false);
   // The open pool whose filter accepts `stream`, or null.
   GraphPool* PoolFor(Stream stream) const;
   // A request of an open graph pool, recorded as live (kept out of the hot

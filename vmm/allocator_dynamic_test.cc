@@ -10,6 +10,7 @@
 #include "vmm/allocator.h"
 #include "vmm/allocator_testing.h"
 #include "vmm/host_driver.h"
+#include "vmm/lending_policy.h"
 
 namespace loom::vmm {
 namespace {
@@ -164,6 +165,37 @@ TEST(AllocatorDynamicTest, EveryCallOfTheModuleStartsAtItsOwnSlots) {
     Check(*a, *d, **s);
   a->IterationEnd(0);
   EXPECT_EQ(a->stats().dynamic_hits, 2u);
+}
+
+TEST(AllocatorDynamicTest, ADynamicModulesRequestGetsSmallerNewChunks) {
+  // A request of 16 MiB, inside a module marked dynamic and outside one,
+  // each in a fresh allocator without a plan: a new chunk holds at most
+  // 8 MiB for the first (LendingPolicy::kMaxNewDynamicChunkBytes), 16 MiB
+  // for the second; each maps its chunks in one set-access.
+  constexpr uint64_t kBytes = uint64_t{16} << 20;
+  static_assert(LendingPolicy::kMaxNewDynamicChunkBytes == kBytes / 2);
+  static_assert(LendingPolicy::kMaxNewChunkBytes == kBytes);
+  for (bool dynamic : {true, false}) {
+    auto d = Host();
+    auto a = Make(*d);
+    if (dynamic) a->ModuleEnter("moe.experts@forward", /*dynamic=*/true);
+    StatusOr<DevicePtr> p = a->Allocate(kBytes, 0);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE(d->Memset(*p, 0x5A, kBytes).ok());
+    const AllocatorStats s = a->stats();
+    EXPECT_EQ(s.driver_calls[static_cast<size_t>(DriverOp::kCreate)],
+              dynamic ? 2u : 1u);
+    EXPECT_EQ(s.driver_calls[static_cast<size_t>(DriverOp::kMap)],
+              dynamic ? 2u : 1u);
+    EXPECT_EQ(s.driver_calls[static_cast<size_t>(DriverOp::kSetAccess)], 1u);
+    EXPECT_EQ(s.reserved_bytes.current, kBytes);
+    std::vector<uint8_t> back(kBytes);
+    ASSERT_TRUE(d->CopyToHost(back.data(), *p, kBytes).ok());
+    for (uint8_t b : back) ASSERT_EQ(b, 0x5A);
+    ASSERT_TRUE(a->Free(*p).ok());
+    if (dynamic) a->ModuleExit("moe.experts@forward");
+    a->CheckInvariants();
+  }
 }
 
 }  // namespace

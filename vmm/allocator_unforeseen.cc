@@ -12,7 +12,8 @@ namespace loom::vmm {
 StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
                                                int64_t until,
                                                std::vector<PageId> preferred,
-                                               Where* where) {
+                                               Where* where,
+                                               bool in_dynamic_module) {
   const PlanSchedule* plan_schedule = schedule();
   if (plan_schedule != nullptr && until >= 0 && !active_->matcher.in_setup()) {
     // Bytes of the static region the plan leaves idle until `until`:
@@ -39,7 +40,8 @@ StatusOr<DevicePtr> Allocator::ServeUnforeseen(uint64_t size, Stream stream,
     }
   }
   *where = Where::kArena;
-  return AllocateInArena(size, stream, until, std::move(preferred));
+  return AllocateInArena(size, stream, until, std::move(preferred),
+                         in_dynamic_module);
 }
 
 void Allocator::ServePersistent(size_t index) {
@@ -204,9 +206,11 @@ std::optional<DevicePtr> Allocator::PlaceInIdleRegion(uint64_t size,
 
 StatusOr<DevicePtr> Allocator::AllocateInArena(uint64_t size, Stream stream,
                                                int64_t until,
-                                               std::vector<PageId> preferred) {
-  const RequestContext context =
+                                               std::vector<PageId> preferred,
+                                               bool in_dynamic_module) {
+  RequestContext context =
       ContextFor(size, stream, until, std::move(preferred));
+  context.in_dynamic_module = in_dynamic_module;
   const PlanSchedule* plan_schedule = schedule();
   LendingPolicy policy(pool_, tracker_, *arena_, region_.get(), plan_schedule,
                        context, [this] { UpdateReserved(); });

@@ -231,9 +231,11 @@ StatusOr<PageRun> LendingPolicy::Acquire(uint32_t wanted, uint32_t room,
   // chunk of several for a larger stretch; the arena asks again for the
   // rest), after the spare chunks that did not fit went back, as far as the
   // new one would otherwise raise the pool above its peak.
+  const uint64_t max_chunk_bytes =
+      context_.in_dynamic_module ? kMaxNewDynamicChunkBytes : kMaxNewChunkBytes;
   const uint32_t pages = std::min<uint32_t>(
       wanted, static_cast<uint32_t>(std::max<uint64_t>(
-                  1, kMaxNewChunkBytes / pool_.granularity())));
+                  1, max_chunk_bytes / pool_.granularity())));
   if (context_.stitch && !pool_.FitsUnderPeak(pages)) {
     const uint32_t g = static_cast<uint32_t>(pool_.granularity());
     // A page of a static granule too (an idle static chunk lent to the

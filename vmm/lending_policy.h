@@ -92,6 +92,9 @@ struct RequestContext {
   // the run's second iteration on (kStitchFromIteration), or from the first
   // request for a large one (kStitchEarlyBytes).
   bool stitch = false;
+  // Made inside a module marked dynamic (an MoE expert's request): its new
+  // chunks are smaller (kMaxNewDynamicChunkBytes).
+  bool in_dynamic_module = false;
 };
 
 // The arena stitches idle chunks instead of growing past its peak once this
@@ -181,6 +184,18 @@ class LendingPolicy final : public Arena::PagePolicy {
   // session): a large chunk that a small live allocation keeps cannot be
   // stitched.
   static constexpr uint64_t kMaxNewChunkBytes = uint64_t{16} << 20;
+  // The same for a request made inside a module marked dynamic: 8 MiB. An
+  // expert's requests change size every step, so a later one reaches a page
+  // or two into a chunk an earlier one left, and that live sliver keeps the
+  // whole chunk from being stitched (CUDA maps whole chunks only): at the
+  // peak of qwen3_moe_plain at micro-batch 1, 25 idle pages in 8 chunks so
+  // held. Measured on the plan-miss suite (bench/results/misses.md,
+  // eighteenth session): MoE rows at 98% 19 -> 23 of 26, warm-ups within
+  // 2x unchanged (66 of 84), rows at target unchanged (76), no other row
+  // moved; 2 MiB: 24 MoE rows but warm-ups within 2x 52 (up to 4x
+  // expandable segments' on the H200's moe rows); 8 MiB for every request:
+  // 23 MoE rows, 74 at target, warm-ups 53.
+  static constexpr uint64_t kMaxNewDynamicChunkBytes = uint64_t{8} << 20;
 
   // `region` may be null (no plan); `schedule` null: no plan in force (every
   // idle static page may be lent). `on_grow` is called after the pool grew.
