@@ -11,7 +11,11 @@
 // never reuses an idle granule at another place: it said 38.50 GB where
 // loom without a plan holds 37.92 GB on the H200's perturbed llama1b trace,
 // bench/results/misses.md, fifteenth session). Its events complete at once
-// (a free on one stream is reusable by another immediately).
+// (a free on one stream is reusable by another immediately). It sees no
+// module markers: a dynamic module's request gets the new chunks of any
+// other there (LendingPolicy::kMaxNewChunkBytes, not the dynamic modules'
+// smaller ones), so on MoE runs it may hold a little more than the
+// dynamic space would.
 //
 // Invariants: everything it serves is freed before its allocator goes (no
 // leak report); handles are the shadow allocator's addresses. Not

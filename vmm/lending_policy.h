@@ -30,8 +30,9 @@
 //    answer is one whole chunk (CUDA maps whole handles only); a chunk
 //    already held may be larger than the stretch, over the unmapped
 //    granules after it;
-//  - a new chunk holds at most kMaxNewChunkBytes (a larger stretch gets
-//    several, one map each). A chunk goes back, or is stitched, only once
+//  - a new chunk holds at most kMaxNewChunkBytes (kMaxNewDynamicChunkBytes
+//    for a request made inside a module marked dynamic; a larger stretch
+//    gets several, one map each). A chunk goes back, or is stitched, only once
 //    no page of it serves a live allocation, so an allocation made for good
 //    in reused memory (an optimizer state in a freed activation's granules)
 //    keeps its whole chunk: each chunk a live arena allocation keeps idle
