@@ -181,7 +181,7 @@ TEST(AllocatorDynamicTest, ADynamicModulesRequestGetsSmallerNewChunks) {
     if (dynamic) a->ModuleEnter("moe.experts@forward", /*dynamic=*/true);
     StatusOr<DevicePtr> p = a->Allocate(kBytes, 0);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
-    ASSERT_TRUE(d->Memset(*p, 0x5A, kBytes).ok());
+    ASSERT_NO_FATAL_FAILURE(test_support::Stamp(*d, *p, kBytes, 0x5A));
     const AllocatorStats s = a->stats();
     EXPECT_EQ(s.driver_calls[static_cast<size_t>(DriverOp::kCreate)],
               dynamic ? 2u : 1u);
@@ -189,9 +189,7 @@ TEST(AllocatorDynamicTest, ADynamicModulesRequestGetsSmallerNewChunks) {
               dynamic ? 2u : 1u);
     EXPECT_EQ(s.driver_calls[static_cast<size_t>(DriverOp::kSetAccess)], 1u);
     EXPECT_EQ(s.reserved_bytes.current, kBytes);
-    std::vector<uint8_t> back(kBytes);
-    ASSERT_TRUE(d->CopyToHost(back.data(), *p, kBytes).ok());
-    for (uint8_t b : back) ASSERT_EQ(b, 0x5A);
+    ASSERT_NO_FATAL_FAILURE(test_support::ExpectStamp(*d, *p, kBytes, 0x5A));
     ASSERT_TRUE(a->Free(*p).ok());
     if (dynamic) a->ModuleExit("moe.experts@forward");
     a->CheckInvariants();

@@ -631,6 +631,12 @@ TEST(AllocatorPlansTest, EarlyIterationsThatFitKeepThePrologue) {
   a->CheckInvariants();
 }
 
+// Activation i of 20, 3 granules at granule 2 + 3i, live [i, 40 - i): a
+// forward and backward after a weight at [0, 2 kG).
+PlannedRequest Activation(int i) {
+  return {3 * kG, static_cast<int64_t>((2 + 3 * i) * kG), i, 40 - i};
+}
+
 TEST(AllocatorPlansTest, ASuspendedFirstStepKeepsItsOptimizerStateInTheRegion) {
   // A weight W in the set-up at [0, 2 kG); the first step (early
   // iteration 0) makes 20 activations of 3 granules and two optimizer
@@ -641,10 +647,8 @@ TEST(AllocatorPlansTest, ASuspendedFirstStepKeepsItsOptimizerStateInTheRegion) {
   plan.prologue_iterations = 1;
   plan.prologue.push_back({2 * kG, 0, 0, 1000});
   for (int i = 0; i < 20; ++i) {
-    const PlannedRequest a{3 * kG, static_cast<int64_t>((2 + 3 * i) * kG), i,
-                           40 - i};
-    plan.prologue.push_back(a);
-    plan.iteration.push_back(a);
+    plan.prologue.push_back(Activation(i));
+    plan.iteration.push_back(Activation(i));
   }
   plan.prologue.push_back({2 * kG, static_cast<int64_t>(62 * kG), 0, 1000});
   plan.prologue.push_back({2 * kG, static_cast<int64_t>(64 * kG), 0, 1000});
@@ -695,19 +699,13 @@ TEST(AllocatorPlansTest, ALaterSuspendedIterationPlacesStateOnlyUnderThePeak) {
   plan.period = 40;
   plan.prologue_iterations = 2;
   plan.prologue.push_back({2 * kG, 0, 0, 1000});
-  for (int i = 0; i < 20; ++i) {
-    plan.prologue.push_back(
-        {3 * kG, static_cast<int64_t>((2 + 3 * i) * kG), i, 40 - i});
-  }
+  for (int i = 0; i < 20; ++i) plan.prologue.push_back(Activation(i));
   for (int i = 0; i < 20; ++i) {
     plan.prologue.push_back({8 * kG, kUnplanned, i, 40 - i});
   }
   plan.prologue.push_back({2 * kG, static_cast<int64_t>(200 * kG), 0, 1000});
   plan.prologue.push_back({2 * kG, static_cast<int64_t>(202 * kG), 0, 1000});
-  for (int i = 0; i < 20; ++i) {
-    plan.iteration.push_back(
-        {3 * kG, static_cast<int64_t>((2 + 3 * i) * kG), i, 40 - i});
-  }
+  for (int i = 0; i < 20; ++i) plan.iteration.push_back(Activation(i));
   plan.region_bytes = 204 * kG;
   auto d = Host();
   auto a = Make(*d);
@@ -741,8 +739,8 @@ TEST(AllocatorPlansTest, ALaterSuspendedIterationPlacesStateOnlyUnderThePeak) {
   EXPECT_EQ(a->stats().static_backed_bytes, backed);
   EXPECT_EQ(a->stats().reserved_bytes.peak, peak);
   EXPECT_EQ(a->stats().driver_calls, calls);
-  ASSERT_TRUE(d->Memset(s1, 0x31, 2 * kG).ok());
-  ASSERT_TRUE(d->Memset(s2, 0x32, 2 * kG).ok());
+  ASSERT_NO_FATAL_FAILURE(test_support::Stamp(*d, s1, 2 * kG, 0x31));
+  ASSERT_NO_FATAL_FAILURE(test_support::Stamp(*d, s2, 2 * kG, 0x32));
   a->IterationEnd(1);
   // The steady iterations are served by the plan around them, from memory
   // already held: S1 sits in idle bytes of W's chunk where an activation
@@ -753,11 +751,8 @@ TEST(AllocatorPlansTest, ALaterSuspendedIterationPlacesStateOnlyUnderThePeak) {
   RunStack(*a, *d, 3 * kG, 20, 3);
   EXPECT_EQ(a->stats().plan_hits - hits, 19u);
   EXPECT_EQ(a->stats().reserved_bytes.peak, peak);
-  std::vector<uint8_t> back(2 * kG);
-  ASSERT_TRUE(d->CopyToHost(back.data(), s1, 2 * kG).ok());
-  for (uint8_t b : back) ASSERT_EQ(b, 0x31);
-  ASSERT_TRUE(d->CopyToHost(back.data(), s2, 2 * kG).ok());
-  for (uint8_t b : back) ASSERT_EQ(b, 0x32);
+  ASSERT_NO_FATAL_FAILURE(test_support::ExpectStamp(*d, s1, 2 * kG, 0x31));
+  ASSERT_NO_FATAL_FAILURE(test_support::ExpectStamp(*d, s2, 2 * kG, 0x32));
   for (DevicePtr p : {s1, s2, weight}) ASSERT_TRUE(a->Free(p).ok());
   a->CheckInvariants();
 }

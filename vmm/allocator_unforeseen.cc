@@ -99,12 +99,8 @@ std::optional<DevicePtr> Allocator::PlacePersistent(uint64_t size,
 
 bool Allocator::PlaceRaisesPeak(const PlannedRequest& entry) const {
   if (stats_.iterations < kStitchFromIteration) return false;
-  const uint64_t at = static_cast<uint64_t>(entry.offset);
-  uint32_t unbacked = 0;
-  for (uint64_t k = at / granularity_;
-       k <= (at + entry.size - 1) / granularity_; ++k) {
-    if (region_->page(static_cast<uint32_t>(k)) == kNoPage) ++unbacked;
-  }
+  const uint32_t unbacked = region_->UnbackedGranules(
+      static_cast<uint64_t>(entry.offset), entry.size);
   return unbacked > 0 && !pool_.FitsUnderPeak(unbacked);
 }
 

@@ -32,12 +32,12 @@
 //    granules after it;
 //  - a new chunk holds at most kMaxNewChunkBytes (kMaxNewDynamicChunkBytes
 //    for a request made inside a module marked dynamic; a larger stretch
-//    gets several, one map each). A chunk goes back, or is stitched, only once
-//    no page of it serves a live allocation, so an allocation made for good
-//    in reused memory (an optimizer state in a freed activation's granules)
-//    keeps its whole chunk: each chunk a live arena allocation keeps idle
-//    costs less than kMaxNewChunkBytes, where chunks as large as their
-//    requests kept up to 1 GiB each idle (3.6 GiB on the H200's
+//    gets several, one map each). A chunk goes back, or is stitched, only
+//    once no page of it serves a live allocation, so an allocation made
+//    for good in reused memory (an optimizer state in a freed activation's
+//    granules) keeps its whole chunk: each chunk a live arena allocation
+//    keeps idle costs less than kMaxNewChunkBytes, where chunks as large as
+//    their requests kept up to 1 GiB each idle (3.6 GiB on the H200's
 //    gpt2_interleaved after auto mode's switch to a plan; 6 GiB beside the
 //    region for a pipeline's first iteration before its first marker).
 #ifndef LOOM_VMM_LENDING_POLICY_H_

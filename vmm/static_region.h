@@ -67,6 +67,16 @@ class StaticRegion {
   }
   // The page behind a granule, kNoPage while unbacked.
   PageId page(uint32_t granule) const { return granules_[granule].page; }
+  // Granules of [offset, offset + size) without a page. REQUIRES: size > 0,
+  // the range inside the region.
+  uint32_t UnbackedGranules(uint64_t offset, uint64_t size) const {
+    uint32_t unbacked = 0;
+    for (uint64_t k = offset >> shift_; k <= (offset + size - 1) >> shift_;
+         ++k) {
+      unbacked += granules_[k].page == kNoPage;
+    }
+    return unbacked;
+  }
   uint64_t granularity() const { return granularity_; }
   uint64_t backed_bytes() const { return backed_granules_ * granularity_; }
   // Backed granules no static allocation has occupied yet (backed ahead,

@@ -130,7 +130,11 @@ TEST_F(StaticRegionTest, BackingMapsAChunkWholeAndPrebacksWhatFollows) {
                                }),
             StaticRegion::Occupied::kNeedsBacking);
   EXPECT_TRUE(asked.empty()) << "an unbacked granule has no page to check";
+  EXPECT_EQ(region_->UnbackedGranules(0, kRegion), 4u);
   ASSERT_TRUE(region_->Back(kG + 100, 512, source, /*limit=*/4).ok());
+  EXPECT_EQ(region_->UnbackedGranules(0, kRegion), 1u);
+  EXPECT_EQ(region_->UnbackedGranules(kG + 100, 2 * kG), 0u);
+  EXPECT_EQ(region_->UnbackedGranules(100, kG), 1u);
   EXPECT_EQ(source.asked, (std::vector<std::pair<uint32_t, uint32_t>>{{1, 3}}));
   EXPECT_EQ(driver_.calls(DriverOp::kMap), 1u);
   EXPECT_EQ(driver_.calls(DriverOp::kSetAccess), 1u);
