@@ -183,7 +183,11 @@ class LendingPolicy final : public Arena::PagePolicy {
   // Chunks as large as the stretch while a plan is installed (as before
   // stitching) gave 51 of 82 rows at target, this 63 (misses.md, eleventh
   // session): a large chunk that a small live allocation keeps cannot be
-  // stitched.
+  // stitched. A new chunk holds only the pages wanted: taking the unmapped
+  // granules after the place too (expandable segments' tail, which serves
+  // the next requests with no call) brought 9 to 11 more rows' warm-ups
+  // within 2x of expandable segments' but held more memory on every
+  // variant measured (misses.md, nineteenth session).
   static constexpr uint64_t kMaxNewChunkBytes = uint64_t{16} << 20;
   // The same for a request made inside a module marked dynamic: 8 MiB. An
   // expert's requests change size every step, so a later one reaches a page
@@ -194,8 +198,9 @@ class LendingPolicy final : public Arena::PagePolicy {
   // eighteenth session): MoE rows at 98% 19 -> 23 of 26, warm-ups within
   // 2x unchanged (66 of 84), rows at target unchanged (76), no other row
   // moved; 2 MiB: 24 MoE rows but warm-ups within 2x 52 (up to 4x
-  // expandable segments' on the H200's moe rows); 8 MiB for every request:
-  // 23 MoE rows, 74 at target, warm-ups 53.
+  // expandable segments' on the H200's moe rows); 4 MiB (nineteenth
+  // session): 24 MoE rows, 77 at target, warm-ups within 2x 58; 8 MiB for
+  // every request: 23 MoE rows, 74 at target, warm-ups 53.
   static constexpr uint64_t kMaxNewDynamicChunkBytes = uint64_t{8} << 20;
 
   // `region` may be null (no plan); `schedule` null: no plan in force (every
