@@ -17,6 +17,13 @@ Usage (repository root, after `bazel build //cli:loom_tool
 
     .venv/bin/python bench/misses/misses.py [--quick] [--out FILE] [--json FILE]
 
+`--loom-only REF.json` measures loom and unplanned loom only, against the
+baselines of an earlier run's JSON (bench/results/misses.json): a rule
+tried in the allocator is judged on the 84 rows in about 10 minutes on two
+cores (`--jobs 2`), with `--tool` naming the loom_tool built with it; it
+prints each row that moved and the targets against the reference (no
+host replay, no settling copies: those targets are the full run's).
+
 `--quick` runs the short suite that `./loom test` runs
 (tests/python/test_misses_suite.py). Driver time: what loom's and expandable
 segments' driver calls take at the H200's per-call costs (loom_tool's
@@ -34,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -196,6 +204,45 @@ def measure(label, spec, extra, time_limit):
     }
 
 
+def loom_only_result(reference, compared):
+    """A row of `--loom-only`: the reference row (an earlier full run's) with
+    loom's and unplanned loom's figures from `compared` (loom_tool compare
+    --json rows of those two allocators); the baselines stay the
+    reference's, and what was not measured (the host replay, the settling
+    copies) is None."""
+    r = json.loads(json.dumps(reference))
+    for row in compared:
+        a = row["allocator"]
+        r["efficiency"][a] = row["efficiency"]
+        r["peak_reserved_bytes"][a] = row["peak_reserved_bytes"]
+        r["driver_calls"][a] = row["driver_calls"]["total"]
+        r["driver_time"][a] = row["driver_time"]
+    loom = next(row for row in compared if row["allocator"] == "loom")
+    c = loom["counters"]
+    hits, misses = c.get("plan_hits", 0), c.get("plan_misses", 0)
+    r.update({
+        "loom_only": True,
+        "loom_steady_driver_calls": c.get("steady_driver_calls"),
+        "repeated_steady_driver_calls": None,
+        "loom_counters": c,
+        "hit_rate": hits / (hits + misses) if hits + misses else None,
+        "host_corrupted": None,
+        "host_data_checked": None,
+        "host_efficiency": None,
+    })
+    return r
+
+
+def measure_loom_only(label, spec, extra, time_limit, reference):
+    t0 = time.time()
+    compared = tool("compare", spec, "--json", "--loom-time-limit",
+                    str(time_limit), "--allocators", "loom,loom_unplanned",
+                    *extra)
+    r = loom_only_result(reference, compared)
+    r["seconds"] = round(time.time() - t0, 1)
+    return r
+
+
 MOE_ROW = ("moe", "mixtral", "qwen3_moe", "deepseek")  # also "h200 moe"
 
 
@@ -230,10 +277,11 @@ def verdicts(r):
         "target": e["loom"] >= max(best, e["loom_unplanned"]) - TOLERANCE,
         "best": e["loom"] >= best - 1e-12,
         "unplanned": e["loom"] >= e["loom_unplanned"] - 1e-12,
-        "corrupted": r["host_corrupted"] == 0 and r["host_data_checked"],
         "time": warmup <= 2 * r["driver_time"]["pytorch_expandable"][
             "warmup_us"],
     }
+    if r["host_data_checked"] is not None:  # None: not replayed (loom-only)
+        out["corrupted"] = r["host_corrupted"] == 0 and r["host_data_checked"]
     if r["loom_steady_driver_calls"] is not None:
         out["steady"] = r["loom_steady_driver_calls"] == 0
     if r.get("repeated_steady_driver_calls"):
@@ -313,6 +361,61 @@ def table(results):
     return "\n".join(lines) + "\n\n" + summary(results)
 
 
+def against_reference(results, references):
+    """`--loom-only`'s report: each row whose loom or unplanned loom moved
+    (efficiency, warm-up driver time against expandable segments'), then
+    per target the rows that meet it before and now, and the mean
+    efficiencies. "At target" is counted twice: against this run's own
+    unplanned loom (the target as the table defines it) and against the
+    reference's (a rule that lowers unplanned loom does not lower the bar)."""
+    lines = []
+    for r in results:
+        ref = references[r["row"]]
+        e, f = r["efficiency"], ref["efficiency"]
+        if all(abs(e[a] - f[a]) < 5e-5 for a in ("loom", "loom_unplanned")):
+            continue
+        expandable = r["driver_time"]["pytorch_expandable"]["warmup_us"]
+
+        def ratio(row):
+            return row["driver_time"]["loom"]["warmup_us"] / max(expandable,
+                                                                 1e-9)
+        lines.append(f"- {r['row']}: loom {pct(f['loom'])} -> "
+                     f"{pct(e['loom'])}, unplanned "
+                     f"{pct(f['loom_unplanned'])} -> "
+                     f"{pct(e['loom_unplanned'])}, warm-up "
+                     f"{ratio(ref):.2f}x -> {ratio(r):.2f}x expandable "
+                     f"segments'")
+    if not lines:
+        lines.append("- no row moved")
+    before = [references[r["row"]] for r in results]
+    fixed = []  # this run's loom against the reference's unplanned loom
+    for r, ref in zip(results, before):
+        row = json.loads(json.dumps(r))
+        row["efficiency"]["loom_unplanned"] = \
+            ref["efficiency"]["loom_unplanned"]
+        fixed.append(row)
+    for key, what in (("target", "at target"), ("moe98", "MoE rows >= 98%"),
+                      ("time", "warm-ups within 2x expandable segments'"),
+                      ("steady", "no call in the last iteration")):
+        def met(rows):
+            return sum(1 for row in rows if verdicts(row).get(key))
+        of = sum(1 for row in results if key in verdicts(row))
+        line = f"- {what}: {met(before)} -> {met(results)} of {of}"
+        if key == "target":
+            line += (f" ({met(fixed)} against the reference's unplanned "
+                     f"loom)")
+        lines.append(line)
+
+    def mean(rows, a):
+        return sum(row["efficiency"][a] for row in rows) / max(len(rows), 1)
+    lines.append(f"- mean efficiency, loom / unplanned: "
+                 f"{pct(mean(before, 'loom'))} / "
+                 f"{pct(mean(before, 'loom_unplanned'))} -> "
+                 f"{pct(mean(results, 'loom'))} / "
+                 f"{pct(mean(results, 'loom_unplanned'))}")
+    return "\n".join(lines)
+
+
 def write_between_markers(path, text):
     begin, end = "<!-- misses:begin -->", "<!-- misses:end -->"
     block = f"{begin}\n{text}\n{end}"
@@ -332,22 +435,63 @@ def main():
     ap.add_argument("--json", dest="json_out")
     ap.add_argument("--time-limit", type=float, default=5)
     ap.add_argument("--only", help="substring of the rows to run")
+    ap.add_argument("--loom-only", metavar="REF_JSON",
+                    help="measure loom and unplanned loom only, against "
+                         "the baselines of this earlier --json")
+    ap.add_argument("--tool", help="the loom_tool to run (default: "
+                                   "bazel-bin/cli/loom_tool)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="rows measured at once")
     args = ap.parse_args()
+    global TOOL
+    if args.tool:
+        TOOL = Path(args.tool).resolve()
     if not TOOL.exists():
         sys.exit(f"{TOOL} is not built: bazel build //cli:loom_tool")
+    if args.jobs < 1:
+        sys.exit("--jobs: at least 1")
+    references = None
+    if args.loom_only:
+        if args.out:
+            sys.exit("--loom-only does not write the table (--out): its "
+                     "rows lack the host replay and the settling copies")
+        try:
+            references = {r["row"]: r for r in
+                          json.loads(Path(args.loom_only).read_text())}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"--loom-only {args.loom_only}: not a misses.py "
+                     f"--json file ({e})")
     with tempfile.TemporaryDirectory() as work:
         snaps = import_snapshots(work, only_first=args.quick)
         rows = quick_suite(snaps) if args.quick else full_suite(snaps)
         if args.only:
             rows = [r for r in rows if args.only in r[0]]
-        results = []
-        for label, spec, extra in rows:
-            r = measure(label, spec, extra, args.time_limit)
+        if references is not None:
+            missing = [r[0] for r in rows if r[0] not in references]
+            if missing:
+                sys.exit(f"--loom-only {args.loom_only}: no reference for "
+                         f"{', '.join(missing)}")
+
+        def one(row):
+            label, spec, extra = row
+            if references is not None:
+                r = measure_loom_only(label, spec, extra, args.time_limit,
+                                      references[label])
+            else:
+                r = measure(label, spec, extra, args.time_limit)
             print(f"{label}: loom {pct(r['efficiency']['loom'])} best "
                   f"{pct(r['efficiency'][r['best_baseline']])} unplanned "
                   f"{pct(r['efficiency']['loom_unplanned'])} "
                   f"({r['seconds']} s)", file=sys.stderr)
-            results.append(r)
+            return r
+        with ThreadPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(one, rows))
+    if references is not None:
+        print(against_reference(results, references))
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(results, indent=1) +
+                                           "\n")
+        return
     text = table(results)
     if args.out:
         write_between_markers(args.out, text)
