@@ -35,6 +35,7 @@ kept); --json writes the raw rows.
 """
 
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -210,7 +211,7 @@ def loom_only_result(reference, compared):
     --json rows of those two allocators); the baselines stay the
     reference's, and what was not measured (the host replay, the settling
     copies) is None."""
-    r = json.loads(json.dumps(reference))
+    r = copy.deepcopy(reference)
     for row in compared:
         a = row["allocator"]
         r["efficiency"][a] = row["efficiency"]
@@ -368,46 +369,47 @@ def against_reference(results, references):
     efficiencies. "At target" is counted twice: against this run's own
     unplanned loom (the target as the table defines it) and against the
     reference's (a rule that lowers unplanned loom does not lower the bar)."""
+    def warmup_ratio(row):
+        # loom's warm-up driver time against expandable segments' (the
+        # reference's: both rows carry it).
+        t = row["driver_time"]
+        return t["loom"]["warmup_us"] / max(
+            t["pytorch_expandable"]["warmup_us"], 1e-9)
+
+    def met(rows, key):
+        return sum(1 for row in rows if verdicts(row).get(key))
+
+    def mean(rows, a):
+        return sum(row["efficiency"][a] for row in rows) / max(len(rows), 1)
+
     lines = []
-    for r in results:
-        ref = references[r["row"]]
+    before = [references[r["row"]] for r in results]
+    for r, ref in zip(results, before):
         e, f = r["efficiency"], ref["efficiency"]
         if all(abs(e[a] - f[a]) < 5e-5 for a in ("loom", "loom_unplanned")):
             continue
-        expandable = r["driver_time"]["pytorch_expandable"]["warmup_us"]
-
-        def ratio(row):
-            return row["driver_time"]["loom"]["warmup_us"] / max(expandable,
-                                                                 1e-9)
         lines.append(f"- {r['row']}: loom {pct(f['loom'])} -> "
                      f"{pct(e['loom'])}, unplanned "
                      f"{pct(f['loom_unplanned'])} -> "
                      f"{pct(e['loom_unplanned'])}, warm-up "
-                     f"{ratio(ref):.2f}x -> {ratio(r):.2f}x expandable "
-                     f"segments'")
+                     f"{warmup_ratio(ref):.2f}x -> {warmup_ratio(r):.2f}x "
+                     f"expandable segments'")
     if not lines:
         lines.append("- no row moved")
-    before = [references[r["row"]] for r in results]
-    fixed = []  # this run's loom against the reference's unplanned loom
-    for r, ref in zip(results, before):
-        row = json.loads(json.dumps(r))
-        row["efficiency"]["loom_unplanned"] = \
-            ref["efficiency"]["loom_unplanned"]
-        fixed.append(row)
+    # This run's loom against the reference's unplanned loom.
+    fixed = [{**r, "efficiency": {**r["efficiency"], "loom_unplanned":
+                                  ref["efficiency"]["loom_unplanned"]}}
+             for r, ref in zip(results, before)]
     for key, what in (("target", "at target"), ("moe98", "MoE rows >= 98%"),
                       ("time", "warm-ups within 2x expandable segments'"),
                       ("steady", "no call in the last iteration")):
-        def met(rows):
-            return sum(1 for row in rows if verdicts(row).get(key))
         of = sum(1 for row in results if key in verdicts(row))
-        line = f"- {what}: {met(before)} -> {met(results)} of {of}"
+        line = (f"- {what}: {met(before, key)} -> {met(results, key)} "
+                f"of {of}")
         if key == "target":
-            line += (f" ({met(fixed)} against the reference's unplanned "
-                     f"loom)")
+            line += (f" ({met(fixed, 'target')} against the reference's "
+                     f"unplanned loom)")
         lines.append(line)
-
-    def mean(rows, a):
-        return sum(row["efficiency"][a] for row in rows) / max(len(rows), 1)
     lines.append(f"- mean efficiency, loom / unplanned: "
                  f"{pct(mean(before, 'loom'))} / "
                  f"{pct(mean(before, 'loom_unplanned'))} -> "
