@@ -41,6 +41,28 @@ inline void ExpectStamp(Driver& d, DevicePtr ptr, uint64_t size, uint8_t tag) {
   }
 }
 
+// Runs iteration `number` of a stack of `n` requests of `unit` bytes on
+// stream 0 (allocated in order, freed in reverse: a forward and backward),
+// each stamped with a byte of its own and checked at its free.
+inline void RunStack(Allocator& a, Driver& d, uint64_t unit, int n,
+                     uint64_t number) {
+  a.IterationBegin(number);
+  std::vector<DevicePtr> live;
+  for (int i = 0; i < n; ++i) {
+    StatusOr<DevicePtr> p = a.Allocate(unit, 0);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_NO_FATAL_FAILURE(Stamp(d, *p, unit, static_cast<uint8_t>(i + 1)));
+    live.push_back(*p);
+  }
+  a.CheckInvariants();
+  for (int i = n - 1; i >= 0; --i) {
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectStamp(d, live[i], unit, static_cast<uint8_t>(i + 1)));
+    ASSERT_TRUE(a.Free(live[i]).ok());
+  }
+  a.IterationEnd(number);
+}
+
 // Live allocations on stream 0, each stamped with a byte of its own: every
 // free checks its stamp first.
 class StampedAllocations {
