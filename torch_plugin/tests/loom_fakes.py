@@ -13,7 +13,8 @@ and _memory_viz are the real ones in the tests):
   torch.optim.Optimizer; Megatron is not installed);
 - `FakeLoop`: a training loop that allocates through libloom's C ABI
   (host backend: real memory), since CPU tensors never reach libloom;
-- `HOST`: enable() options for libloom on the host backend."""
+- `HOST`: enable() options for libloom on the host backend;
+- `run_steps`: a FakeLoop's iterations with loom's markers and steps."""
 
 import ctypes
 import types
@@ -199,3 +200,15 @@ class FakeLoop:
     def close(self):
         for pointer in list(self.live):
             self.free(pointer)
+
+
+def run_steps(loom, session, iterations, extra_at=None):
+    """`iterations` iterations of a FakeLoop on `session`'s device, marked
+    with loom.phase and ended with loom.step(); iteration `extra_at` makes
+    an extra 4 KiB request. Returns the loop (its weights still live)."""
+    loop = FakeLoop(session.native, session.device)
+    for i in range(iterations):
+        loop.iteration(markers=loom.phase,
+                       extra=4096 if i == extra_at else None)
+        loom.step()
+    return loop
