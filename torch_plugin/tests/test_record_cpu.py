@@ -319,7 +319,7 @@ def test_dense_iterations_repeat():
     assert counts[0] > counts[1]  # the optimizer state, made once
 
 
-def test_stop_closes_open_modules_anditeration_spans(tmp_path, libloom):
+def test_stop_closes_open_modules_and_iterations(tmp_path, libloom):
     del libloom
     rec = record_cpu.Recorder(real=True)
     with rec:

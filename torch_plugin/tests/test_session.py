@@ -203,7 +203,7 @@ def test_auto_mode_serves_a_losing_plan_when_told_to(loom_env, tmp_path,
     loop.close()
 
 
-def test_auto_mode_installs_a_plan_whose_check_could_notrun_steps(
+def test_auto_mode_installs_a_plan_whose_check_could_not_run(
         loom_env, tmp_path, monkeypatch, caplog):
     """A check that cannot run (libloom's report says "check_error") costs
     the plan nothing: it is installed, and a warning says it is unchecked."""
@@ -431,7 +431,7 @@ def test_auto_mode_replans_a_new_shape_as_a_plan_variant(loom_env, tmp_path,
     loop.close()
 
 
-def test_auto_mode_remembers_a_whole_run_plan_for_the_nextrun_steps(
+def test_auto_mode_remembers_a_whole_run_plan_for_the_next_run(
         loom_env, tmp_path, caplog, capsys):
     """remember=True: a first run records, switches to its plan mid-run and
     leaves, for the next run, a plan of the whole run (start-plan.rank0);
@@ -442,7 +442,7 @@ def test_auto_mode_remembers_a_whole_run_plan_for_the_nextrun_steps(
     loom = loom_env
     start_plan = tmp_path / "start-plan.rank0.lplan"
 
-    def autorun_steps(extra_at=None):
+    def auto_run(extra_at=None):
         session = loom._configure_native(
             mode="auto", workdir=tmp_path, remember=True,
             record_iterations=2, plan_async=False,
@@ -465,7 +465,7 @@ def test_auto_mode_remembers_a_whole_run_plan_for_the_nextrun_steps(
         return at_start, status, hits_after_first, peak
 
     with caplog.at_level(logging.INFO, logger="loom"):
-        at_start, first, hits, first_peak = autorun_steps()
+        at_start, first, hits, first_peak = auto_run()
     assert at_start["state"] == "recording" and at_start["remembered"] is None
     assert "nothing remembered to serve from the start" in caplog.text
     assert hits == 0 and first["state"] == "planned", first["plan_error"]
@@ -475,7 +475,7 @@ def test_auto_mode_remembers_a_whole_run_plan_for_the_nextrun_steps(
     assert record["check"]["earns_its_place"] is True
     assert not record["check"]["mid_run"], "a plan of the whole run"
 
-    at_start, second, hits, second_peak = autorun_steps()
+    at_start, second, hits, second_peak = auto_run()
     assert at_start["state"] == "planned" and at_start["plan_loaded"]
     assert at_start["plan_source"] == "previous run"
     assert at_start["remembered"] == "serving, to be confirmed"
@@ -493,7 +493,7 @@ def test_auto_mode_remembers_a_whole_run_plan_for_the_nextrun_steps(
 
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="loom"):
-        _, third, _, _ = autorun_steps(extra_at=1)
+        _, third, _, _ = auto_run(extra_at=1)
     assert third["remembered"].startswith("differs from this run ("), third
     assert "the next run gets a plan made from this one" in caplog.text
     assert fp.read_sidecar(start_plan)["fingerprint"] == fp.read_sidecar(
@@ -503,7 +503,7 @@ def test_auto_mode_remembers_a_whole_run_plan_for_the_nextrun_steps(
     config_lib.sidecar_path(start_plan).write_text("{not json")
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="loom"):
-        at_start, fourth, _, _ = autorun_steps()
+        at_start, fourth, _, _ = auto_run()
     assert at_start["state"] == "recording" and at_start["remembered"] is None
     assert "start-plan.rank0.lplan is unusable" in caplog.text
     assert fourth["state"] == "planned"

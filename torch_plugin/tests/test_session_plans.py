@@ -262,7 +262,7 @@ def test_auto_mode_reuses_rank0s_plan_only_when_requests_match(
         with open(plan, "wb") as out:
             out.write(FAKE_PLAN)
 
-    def autorun_steps(rank, extra_at=None):
+    def auto_run(rank, extra_at=None):
         monkeypatch.setenv("RANK", str(rank))
         session = loom._configure_native(
             mode="auto", workdir=tmp_path, record_iterations=3,
@@ -273,16 +273,16 @@ def test_auto_mode_reuses_rank0s_plan_only_when_requests_match(
         loom._reset()
         return status
 
-    rank0 = autorun_steps(0)
+    rank0 = auto_run(0)
     assert planned == [str(tmp_path / "plan.rank0.lplan")]
     # Rank 1, same requests: takes rank 0's plan (which, being a stand-in,
     # cannot be installed: that failure names the reused file).
-    rank1 = autorun_steps(1)
+    rank1 = auto_run(1)
     assert len(planned) == 1, "rank 1 did not plan"
     assert rank1["plan_error"].startswith(
         f"cannot install {tmp_path / 'plan.rank0.lplan'}")
     assert rank0["plan_error"].startswith(
         f"cannot install {tmp_path / 'plan.rank0.lplan'}")
     # Rank 2 makes an extra request: plans its own.
-    autorun_steps(2, extra_at=2)
+    auto_run(2, extra_at=2)
     assert planned[1:] == [str(tmp_path / "plan.rank2.lplan")]
