@@ -162,6 +162,27 @@ def plan_options(extra):
     return ["--self-plan", "--perturb", extra[1]]
 
 
+# Each allocator's figures in a row, by allocator (compare --json's, driver
+# calls as their total).
+FIGURES = ("efficiency", "peak_reserved_bytes", "driver_calls", "driver_time")
+
+
+def allocator_figure(compared, key):
+    """`key` of FIGURES from one allocator's loom_tool compare --json row."""
+    value = compared[key]
+    return value["total"] if key == "driver_calls" else value
+
+
+def loom_figures(counters):
+    """A row's figures from loom's counters (loom_tool compare --json)."""
+    hits, misses = counters.get("plan_hits", 0), counters.get("plan_misses", 0)
+    return {
+        "loom_steady_driver_calls": counters.get("steady_driver_calls"),
+        "loom_counters": counters,
+        "hit_rate": hits / (hits + misses) if hits + misses else None,
+    }
+
+
 def measure(label, spec, extra, time_limit):
     t0 = time.time()
     rows = tool("compare", spec, "--json", "--loom-time-limit",
@@ -183,21 +204,16 @@ def measure(label, spec, extra, time_limit):
                      "--then-repeat", str(REPEATS), *extra)
         repeated = {r["allocator"]: r["steady_driver_calls_by_kind"]["total"]
                     for r in again}
-    hits, misses = c.get("plan_hits", 0), c.get("plan_misses", 0)
     return {
         "row": label,
         "input": spec,
         "options": extra,
         "peak_allocated_bytes": loom["peak_allocated_bytes"],
-        "efficiency": {a: by[a]["efficiency"] for a in by},
-        "peak_reserved_bytes": {a: by[a]["peak_reserved_bytes"] for a in by},
+        **{key: {a: allocator_figure(by[a], key) for a in by}
+           for key in FIGURES},
         "best_baseline": best,
-        "driver_calls": {a: by[a]["driver_calls"]["total"] for a in by},
-        "driver_time": {a: by[a]["driver_time"] for a in by},
-        "loom_steady_driver_calls": c.get("steady_driver_calls"),
+        **loom_figures(c),
         "repeated_steady_driver_calls": repeated,
-        "loom_counters": c,
-        "hit_rate": hits / (hits + misses) if hits + misses else None,
         "host_corrupted": replay["corrupted"],
         "host_data_checked": replay["data_checked"],
         "host_efficiency": replay["efficiency"],
@@ -213,20 +229,13 @@ def loom_only_result(reference, compared):
     copies) is None."""
     r = copy.deepcopy(reference)
     for row in compared:
-        a = row["allocator"]
-        r["efficiency"][a] = row["efficiency"]
-        r["peak_reserved_bytes"][a] = row["peak_reserved_bytes"]
-        r["driver_calls"][a] = row["driver_calls"]["total"]
-        r["driver_time"][a] = row["driver_time"]
+        for key in FIGURES:
+            r[key][row["allocator"]] = allocator_figure(row, key)
     loom = next(row for row in compared if row["allocator"] == "loom")
-    c = loom["counters"]
-    hits, misses = c.get("plan_hits", 0), c.get("plan_misses", 0)
     r.update({
         "loom_only": True,
-        "loom_steady_driver_calls": c.get("steady_driver_calls"),
+        **loom_figures(loom["counters"]),
         "repeated_steady_driver_calls": None,
-        "loom_counters": c,
-        "hit_rate": hits / (hits + misses) if hits + misses else None,
         "host_corrupted": None,
         "host_data_checked": None,
         "host_efficiency": None,
