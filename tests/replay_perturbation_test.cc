@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <unordered_set>
 
 #include "whatif/loom/loom_sim_allocator.h"
 #include "whatif/loom/self_plan.h"
@@ -96,12 +97,13 @@ TEST_F(PerturbationTest, DroppedAddedResizedRequestsCostOnlyThemselves) {
     CachingAllocator pytorch(CachingConfig{}, SimOptions{});
     StatusOr<ReplayResult> baseline = Replay(perturbed, pytorch);
     ASSERT_TRUE(baseline.ok());
-    std::printf("seed %llu: loom %.4f (hit rate %.4f, %llu suspensions), "
-                "pytorch %.4f\n",
-                static_cast<unsigned long long>(seed), o.replay.efficiency(),
-                HitRate(o.stats),
-                static_cast<unsigned long long>(o.stats.plan_suspensions),
-                baseline->efficiency());
+    std::printf(
+        "seed %llu: loom %.4f (hit rate %.4f, %llu suspensions), "
+        "pytorch %.4f\n",
+        static_cast<unsigned long long>(seed), o.replay.efficiency(),
+        HitRate(o.stats),
+        static_cast<unsigned long long>(o.stats.plan_suspensions),
+        baseline->efficiency());
     EXPECT_GT(o.stats.plan_hits, o.stats.plan_misses);
     EXPECT_GE(o.replay.efficiency(), baseline->efficiency());
     EXPECT_GT(o.replay.efficiency(), 0.95);
@@ -150,6 +152,38 @@ TEST_F(PerturbationTest, RecoversAfterADisturbance) {
     EXPECT_EQ(o.stats.last_iteration_hit_rate, 1.0)
         << o.stats.plan_misses << " misses in all";
   }
+}
+
+// Weights a few KiB larger than planned (a near match: the bytes after
+// each are the next weight's): each takes its planned offset and pushes the
+// later weights up (Allocator::TryPersistent), every placement checked by
+// the safety check and every byte by the data stamps; the iteration's
+// layout above the weights is untouched.
+TEST_F(PerturbationTest, GrownWeightsPushTheLaterOnesAndKeepTheirData) {
+  std::unordered_set<uint64_t> freed;
+  for (const plan::Event& e : trace_->events) {
+    if (e.kind == plan::EventKind::kFree) freed.insert(e.id);
+  }
+  plan::Trace t = *trace_;
+  int weights = 0;
+  int grown = 0;
+  for (plan::Event& e : t.events) {
+    if (e.kind == plan::EventKind::kIterationBegin) break;
+    if (e.kind != plan::EventKind::kAlloc || freed.contains(e.id) ||
+        e.size < (64 << 10)) {
+      continue;
+    }
+    if (++weights % 3 == 2) {  // the 2nd, 5th, 8th, ... weight
+      e.size += 4096;
+      ++grown;
+    }
+  }
+  ASSERT_GE(grown, 3);
+  Outcome o = ReplayWithPlan(t, *plan_);
+  EXPECT_EQ(o.corrupted, 0u);
+  EXPECT_FALSE(o.replay.oom);
+  EXPECT_GE(o.stats.persistent_pushes, static_cast<uint64_t>(grown));
+  EXPECT_EQ(o.stats.last_iteration_hit_rate, 1.0);
 }
 
 TEST_F(PerturbationTest, HeavyPerturbationStaysSafe) {

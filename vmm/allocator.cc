@@ -269,12 +269,18 @@ StatusOr<DevicePtr> Allocator::AllocateLocked(uint64_t size, Stream stream) {
     } else {
       // A request that shrank takes its planned bytes; one that grew takes
       // them only if the bytes after them are idle in the plan for as long
-      // as it lives (else they are another buffer's).
-      std::optional<DevicePtr> planned =
-          match.near && size > RoundUp(match.entry->size, kArenaAlignment) &&
-                  !GrowthFits(*match.entry, size)
-              ? std::nullopt
-              : TryStatic(*match.entry, size, stream);
+      // as it lives (else they are another buffer's), or, for a persistent
+      // entry, by pushing the persistent entries after it up.
+      const bool grown = match.near &&
+                         size > RoundUp(match.entry->size, kArenaAlignment) &&
+                         !GrowthFits(*match.entry, size);
+      std::optional<DevicePtr> planned;
+      if (match.prologue && Persistent(*match.entry, active_->plan))
+          [[unlikely]] {
+        planned = TryPersistent(*match.entry, size, stream, grown);
+      } else if (!grown) {
+        planned = TryStatic(*match.entry, size, stream);
+      }
       if (planned.has_value()) {
         // The hot path: a hit, recorded without going through a StatusOr.
         if (match.prologue) [[unlikely]] {

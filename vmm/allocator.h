@@ -371,6 +371,20 @@ class Allocator {
   // eighteenth session: a perturbed run still in its prologue backed 50 new
   // granules there beside at least 3.7 GiB of idle static chunks).
   std::optional<DevicePtr> PlacePersistent(uint64_t size, Stream stream);
+  // A hit on a persistent prologue entry (weights, optimizer state), which
+  // the planner packs in id order at the bottom of the region
+  // (plan/make_plan.cc, persistent-first). A request a little larger than
+  // its entry (a near match, `grown`: the bytes after its entry's are the
+  // next entry's) takes its planned offset all the same and pushes the
+  // later ones: each later persistent entry whose planned offset is below
+  // the end of the last pushed placement is served from that end
+  // (PersistentPush). A push never passes the end of the persistent
+  // entries (the iteration's layout above them is untouched), and every
+  // placement passes the planned hand-out's safety check; an entry the run
+  // never makes absorbs the push. nullopt: served elsewhere, as a miss.
+  std::optional<DevicePtr> TryPersistent(const PlannedRequest& entry,
+                                         uint64_t size, Stream stream,
+                                         bool grown);
   // True when placing `entry` would back granules its place lacks beyond
   // the memory held at the peak (PlacePersistent's rule). REQUIRES: a
   // region exists and `entry` has a place (a persistent prologue entry).
@@ -560,6 +574,15 @@ class Allocator {
     std::unordered_map<DevicePtr, size_t> taken;
   };
   PersistentQueue persistent_;
+  // Where grown persistent requests pushed the installed plan's later
+  // persistent entries (TryPersistent).
+  struct PersistentPush {
+    const Variant* plan = nullptr;  // whose entries; null: no push yet
+    uint64_t from = 0;  // planned offset of the last pushed placement
+    uint64_t to = 0;    // its end: later entries below it start there
+    uint64_t end = 0;   // the end of the plan's persistent entries
+  };
+  PersistentPush push_;
   uint64_t record_from_id_ = 0;  // requests before it are not recorded
   size_t record_capacity_ = 0;
   plan::Trace trace_;

@@ -1,9 +1,11 @@
 // The allocator's prologue: the set-up and the early iterations a plan was
 // recorded with, when the run follows them and when it does not (a trial
 // before a plan that never fitted serves, an early iteration of another
-// shape ends the prologue), and the persistent requests a suspended early
+// shape ends the prologue), the persistent requests a suspended early
 // iteration makes (optimizer state at its planned place, under the peak
-// only), with real memory (host backend) where data could be damaged.
+// only), and persistent requests a little larger than planned (they push
+// the later ones up), with real memory (host backend) where data could be
+// damaged.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -287,6 +289,122 @@ TEST(AllocatorPrologueTest,
   ASSERT_NO_FATAL_FAILURE(test_support::ExpectStamp(*d, s1, 2 * kG, 0x31));
   ASSERT_NO_FATAL_FAILURE(test_support::ExpectStamp(*d, s2, 2 * kG, 0x32));
   for (DevicePtr p : {s1, s2, weight}) ASSERT_TRUE(a->Free(p).ok());
+  a->CheckInvariants();
+}
+
+// Persistent entries packed as the planner packs them (id order, from the
+// bottom), and a steady iteration of one request T of 3 granules above
+// them at `top`.
+RuntimePlan PackedPersistent(const std::vector<uint64_t>& sizes) {
+  RuntimePlan plan;
+  plan.period = 2;
+  uint64_t at = 0;
+  for (uint64_t size : sizes) {
+    plan.prologue.push_back({size, static_cast<int64_t>(at), 0, 1000});
+    at += size;
+  }
+  plan.iteration.push_back({3 * kG, static_cast<int64_t>(at), 0, 2});
+  plan.region_bytes = (at + 3 * kG + kG - 1) / kG * kG;
+  return plan;
+}
+
+// Runs steady iterations of T; returns how many hit their planned place.
+uint64_t RunT(Allocator& a, uint64_t first, int n) {
+  const uint64_t hits = a.stats().plan_hits;
+  for (int i = 0; i < n; ++i) {
+    a.IterationBegin(first + i);
+    const DevicePtr t = *a.Allocate(3 * kG, 0);
+    EXPECT_TRUE(a.Free(t).ok());
+    a.IterationEnd(first + i);
+  }
+  return a.stats().plan_hits - hits;
+}
+
+TEST(AllocatorPrologueTest, AGrownPersistentRequestPushesTheLaterOnes) {
+  // A, B, C, D of 100, 100, 50 and 100 KiB packed at 0, 100, 200, 250 KiB.
+  // The run makes A 4 KiB larger, then B, then D (it never makes C).
+  constexpr uint64_t kK = 1024;
+  const RuntimePlan plan =
+      PackedPersistent({100 * kK, 100 * kK, 50 * kK, 100 * kK});
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(plan).ok());
+  // A grown: the bytes after its own are B's, yet A takes its planned
+  // offset; B is pushed up by 4 KiB, into C's bytes.
+  const DevicePtr grown_a = *a->Allocate(104 * kK, 0);
+  const DevicePtr b = *a->Allocate(100 * kK, 0);
+  const DevicePtr base = grown_a;
+  EXPECT_EQ(b, base + 104 * kK);
+  // D's planned bytes are past B's end: C, never made, absorbed the push.
+  const DevicePtr dd = *a->Allocate(100 * kK, 0);
+  EXPECT_EQ(dd, base + 250 * kK);
+  EXPECT_EQ(a->stats().persistent_pushes, 2u);
+  EXPECT_EQ(a->stats().plan_misses, 0u);
+  EXPECT_EQ(a->stats().plan_hits, 3u);
+  EXPECT_EQ(a->stats().dynamic_bytes.current, 0u);
+  ASSERT_NO_FATAL_FAILURE(test_support::Stamp(*d, grown_a, 104 * kK, 0xa1));
+  ASSERT_NO_FATAL_FAILURE(test_support::Stamp(*d, b, 100 * kK, 0xb2));
+  ASSERT_NO_FATAL_FAILURE(test_support::Stamp(*d, dd, 100 * kK, 0xd4));
+  // The iteration above them is served at its planned place throughout.
+  EXPECT_EQ(RunT(*a, 0, 4), 4u);
+  ASSERT_NO_FATAL_FAILURE(
+      test_support::ExpectStamp(*d, grown_a, 104 * kK, 0xa1));
+  ASSERT_NO_FATAL_FAILURE(test_support::ExpectStamp(*d, b, 100 * kK, 0xb2));
+  ASSERT_NO_FATAL_FAILURE(test_support::ExpectStamp(*d, dd, 100 * kK, 0xd4));
+  a->CheckInvariants();
+  for (DevicePtr p : {grown_a, b, dd}) ASSERT_TRUE(a->Free(p).ok());
+  a->CheckInvariants();
+}
+
+TEST(AllocatorPrologueTest, APushNeverPassesTheEndOfThePersistentEntries) {
+  // A and B of 100 KiB at 0 and 100 KiB; T's bytes start at 200 KiB. A
+  // grown by 4 KiB pushes B, which would then end 4 KiB into T's bytes:
+  // B is served elsewhere (a miss), and T keeps its place.
+  constexpr uint64_t kK = 1024;
+  const RuntimePlan plan = PackedPersistent({100 * kK, 100 * kK});
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(plan).ok());
+  const DevicePtr grown_a = *a->Allocate(104 * kK, 0);
+  const DevicePtr b = *a->Allocate(100 * kK, 0);
+  EXPECT_EQ(a->stats().persistent_pushes, 1u);
+  EXPECT_EQ(a->stats().plan_misses, 1u);
+  EXPECT_FALSE(b >= grown_a && b < grown_a + 203 * kK);
+  ASSERT_NO_FATAL_FAILURE(test_support::Stamp(*d, grown_a, 104 * kK, 0xa1));
+  ASSERT_NO_FATAL_FAILURE(test_support::Stamp(*d, b, 100 * kK, 0xb2));
+  EXPECT_EQ(RunT(*a, 0, 4), 4u);
+  ASSERT_NO_FATAL_FAILURE(
+      test_support::ExpectStamp(*d, grown_a, 104 * kK, 0xa1));
+  ASSERT_NO_FATAL_FAILURE(test_support::ExpectStamp(*d, b, 100 * kK, 0xb2));
+  for (DevicePtr p : {grown_a, b}) ASSERT_TRUE(a->Free(p).ok());
+  a->CheckInvariants();
+}
+
+TEST(AllocatorPrologueTest, APushedPlaceTakenByALiveAllocationIsNotShared) {
+  // A, B, C of 100, 60 and 80 KiB at 0, 100 and 160 KiB. A comes 4 KiB
+  // larger and pushes B; C comes before B, at its own planned offset (not
+  // pushed: it starts past A's end). B's pushed place would end 4 KiB into
+  // C: B is served elsewhere, and C's bytes stay C's.
+  constexpr uint64_t kK = 1024;
+  const RuntimePlan plan = PackedPersistent({100 * kK, 60 * kK, 80 * kK});
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(plan).ok());
+  const DevicePtr grown_a = *a->Allocate(104 * kK, 0);
+  const DevicePtr c = *a->Allocate(80 * kK, 0);
+  EXPECT_EQ(c, grown_a + 160 * kK);
+  ASSERT_NO_FATAL_FAILURE(test_support::Stamp(*d, grown_a, 104 * kK, 0xa1));
+  ASSERT_NO_FATAL_FAILURE(test_support::Stamp(*d, c, 80 * kK, 0xc3));
+  const DevicePtr b = *a->Allocate(60 * kK, 0);
+  EXPECT_EQ(a->stats().persistent_pushes, 1u);
+  EXPECT_EQ(a->stats().plan_misses, 1u);
+  EXPECT_FALSE(b + 60 * kK > grown_a && b < grown_a + 240 * kK);
+  ASSERT_NO_FATAL_FAILURE(test_support::Stamp(*d, b, 60 * kK, 0xb2));
+  ASSERT_NO_FATAL_FAILURE(
+      test_support::ExpectStamp(*d, grown_a, 104 * kK, 0xa1));
+  ASSERT_NO_FATAL_FAILURE(test_support::ExpectStamp(*d, c, 80 * kK, 0xc3));
+  a->CheckInvariants();
+  for (DevicePtr p : {grown_a, b, c}) ASSERT_TRUE(a->Free(p).ok());
   a->CheckInvariants();
 }
 

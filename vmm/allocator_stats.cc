@@ -49,6 +49,7 @@ std::string AllocatorStats::ToJson() const {
   w.Key("loom.idle_static_placements").Uint(idle_static_placements);
   w.Key("loom.region_reuses").Uint(region_reuses);
   w.Key("loom.persistent_placements").Uint(persistent_placements);
+  w.Key("loom.persistent_pushes").Uint(persistent_pushes);
   w.Key("loom.iterations").Uint(iterations);
   w.Key("loom.last_iteration_hit_rate").Double(last_iteration_hit_rate);
   w.Key("loom.plan_variants").Uint(plan_variants);

@@ -69,6 +69,10 @@ struct AllocatorStats {
   // the plan did not fit, served at their planned place all the same
   // (Allocator::PlacePersistent).
   uint64_t persistent_placements = 0;
+  // Persistent requests a little larger than their entry, served at their
+  // planned offset all the same, and the later persistent requests they
+  // pushed up (Allocator::TryPersistent).
+  uint64_t persistent_pushes = 0;
   uint64_t iterations = 0;  // iteration-begin markers seen
   // Hits / (hits + misses) of the last complete iteration; 0 when a plan
   // was installed but routed none of its requests (lost, or suspended from

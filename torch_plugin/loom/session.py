@@ -615,6 +615,11 @@ class Session:
                     # did not fit, served at their planned place.
                     "persistent_placements": stats.get(
                         "loom.persistent_placements", 0),
+                    # Persistent requests a little larger than their
+                    # entry, at their planned offset all the same, and the
+                    # later ones they pushed up.
+                    "persistent_pushes": stats.get(
+                        "loom.persistent_pushes", 0),
                 },
                 "replan": bool(config.replan),
                 "replans": stats.get("loom.replans", 0),

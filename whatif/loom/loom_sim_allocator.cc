@@ -290,6 +290,7 @@ std::vector<std::pair<std::string, uint64_t>> LoomSimAllocator::Counters()
       {"idle_static_placements", s.idle_static_placements},
       {"region_reuses", s.region_reuses},
       {"persistent_placements", s.persistent_placements},
+      {"persistent_pushes", s.persistent_pushes},
       {"arena_maps", s.arena_maps},
       {"stitched_pages", s.stitched_pages},
       {"stitched_static_pages", s.stitched_static_pages},
