@@ -288,8 +288,10 @@ def test_auto_mode_serves_later_iterations_from_the_plan(loom_env, tmp_path):
         assert stats["loom.last_iteration_hit_rate"] == 1.0
         session.native.check_invariants(0)
     assert loom.status()["hit_rate"] == 1.0
-    # A plan that fits serves every iteration: nothing from its idle region.
+    # A plan that fits serves every iteration: nothing from its idle region,
+    # and no persistent request larger than planned pushed the others.
     assert loom.status()["plan_referee"]["region_reuses"] == 0
+    assert loom.status()["plan_referee"]["persistent_pushes"] == 0
     assert loom.status()["plan_verdict"] in ("watching", "confirmed")
     # An extra request costs only itself (the matcher resynchronises).
     loop.iteration(markers=loom.phase, extra=12345)
