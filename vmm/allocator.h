@@ -250,10 +250,20 @@ class Allocator {
   // One installed plan: the layout of one shape of iteration.
   struct Variant {
     Variant(RuntimePlan p, uint64_t granularity)
-        : plan(std::move(p)), matcher(plan), schedule(plan, granularity) {}
+        : plan(std::move(p)),
+          matcher(plan),
+          schedule(plan, granularity),
+          persistent_end(PersistentEnd(plan)) {}
     RuntimePlan plan;
     Matcher matcher;  // refers to `plan`: a Variant never moves
     PlanSchedule schedule;
+    // Where the prologue's persistent entries end (the iteration's layout
+    // starts there), and the push grown persistent requests made
+    // (TryPersistent): later persistent entries planned inside
+    // (pushed_from, pushed_to) start at pushed_to.
+    const uint64_t persistent_end;
+    uint64_t pushed_from = 0;
+    uint64_t pushed_to = 0;
     uint32_t probe_hits = 0;  // exact matches among this iteration's first
     uint64_t last_used = 0;   // iteration it last served
   };
@@ -378,13 +388,17 @@ class Allocator {
   // next entry's) takes its planned offset all the same and pushes the
   // later ones: each later persistent entry whose planned offset is below
   // the end of the last pushed placement is served from that end
-  // (PersistentPush). A push never passes the end of the persistent
+  // (Variant::pushed_to). A push never passes the end of the persistent
   // entries (the iteration's layout above them is untouched), and every
   // placement passes the planned hand-out's safety check; an entry the run
   // never makes absorbs the push. nullopt: served elsewhere, as a miss.
+  // REQUIRES: `entry` is a persistent prologue entry of active_.
   std::optional<DevicePtr> TryPersistent(const PlannedRequest& entry,
                                          uint64_t size, Stream stream,
                                          bool grown);
+  // The end of `plan`'s persistent prologue entries (each rounded up to
+  // kArenaAlignment, as the planner packs them); 0 if it has none.
+  static uint64_t PersistentEnd(const RuntimePlan& plan);
   // True when placing `entry` would back granules its place lacks beyond
   // the memory held at the peak (PlacePersistent's rule). REQUIRES: a
   // region exists and `entry` has a place (a persistent prologue entry).
@@ -574,15 +588,6 @@ class Allocator {
     std::unordered_map<DevicePtr, size_t> taken;
   };
   PersistentQueue persistent_;
-  // Where grown persistent requests pushed the installed plan's later
-  // persistent entries (TryPersistent).
-  struct PersistentPush {
-    const Variant* plan = nullptr;  // whose entries; null: no push yet
-    uint64_t from = 0;  // planned offset of the last pushed placement
-    uint64_t to = 0;    // its end: later entries below it start there
-    uint64_t end = 0;   // the end of the plan's persistent entries
-  };
-  PersistentPush push_;
   uint64_t record_from_id_ = 0;  // requests before it are not recorded
   size_t record_capacity_ = 0;
   plan::Trace trace_;

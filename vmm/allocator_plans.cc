@@ -95,7 +95,6 @@ Status Allocator::LoadPlan(RuntimePlan plan) {
   LOOM_RETURN_IF_ERROR(CheckPlan(plan, kMaxRequest));
   persistent_ = PersistentQueue();
   persistent_.served.assign(plan.prologue.size(), false);
-  push_ = PersistentPush();
   // Installed mid-run (after record mode): the arena's idle granules give
   // their pages back, so the region is backed with them, not new ones.
   LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
@@ -303,7 +302,6 @@ Status Allocator::FreeIdleArenaPages() {
 Status Allocator::UnloadPlans() {
   std::lock_guard<FutexMutex> lock(mu_);
   persistent_ = PersistentQueue();
-  push_ = PersistentPush();
   if (region_ == nullptr) return OkStatus();
   if (region_->occupied_bytes() != 0) {
     return FailedPreconditionError(

@@ -100,29 +100,30 @@ std::optional<DevicePtr> Allocator::PlacePersistent(uint64_t size,
 std::optional<DevicePtr> Allocator::TryPersistent(const PlannedRequest& entry,
                                                   uint64_t size, Stream stream,
                                                   bool grown) {
-  if (push_.plan != active_) {
-    // Persistent entries are packed up to `end`; the iteration's layout
-    // starts there.
-    push_ = PersistentPush{active_, 0, 0, 0};
-    for (const PlannedRequest& r : active_->plan.prologue) {
-      if (Persistent(r, active_->plan)) {
-        push_.end = std::max(push_.end, static_cast<uint64_t>(r.offset) +
-                                            RoundUp(r.size, kArenaAlignment));
-      }
-    }
-  }
+  Variant& v = *active_;
   const uint64_t planned = static_cast<uint64_t>(entry.offset);
-  const bool pushed = planned > push_.from && planned < push_.to;
+  const bool pushed = planned > v.pushed_from && planned < v.pushed_to;
   if (!pushed && !grown) return TryStatic(entry, size, stream);
-  const uint64_t place = pushed ? push_.to : planned;
+  const uint64_t place = pushed ? v.pushed_to : planned;
   const uint64_t end = place + RoundUp(size, kArenaAlignment);
-  if (end > push_.end || !OccupyStatic(place, size, stream)) {
+  if (end > v.persistent_end || !OccupyStatic(place, size, stream)) {
     return std::nullopt;
   }
-  push_.from = planned;
-  push_.to = end;
+  v.pushed_from = planned;
+  v.pushed_to = end;
   ++stats_.persistent_pushes;
   return region_->base() + place;
+}
+
+uint64_t Allocator::PersistentEnd(const RuntimePlan& plan) {
+  uint64_t end = 0;
+  for (const PlannedRequest& r : plan.prologue) {
+    if (Persistent(r, plan)) {
+      end = std::max(end, static_cast<uint64_t>(r.offset) +
+                              RoundUp(r.size, kArenaAlignment));
+    }
+  }
+  return end;
 }
 
 bool Allocator::PlaceRaisesPeak(const PlannedRequest& entry) const {
