@@ -14,7 +14,9 @@
 //  - the served run perturbed (requests dropped, added, resized), its
 //    weights sometimes grown or shrunk by a few KiB (persistent requests
 //    that no longer match their entries: pushes, near matches);
-//  - re-planning on or off (variants added and switched mid-run).
+//  - re-planning on or off (variants added and switched mid-run);
+//  - sometimes a plan that lies (entries moved over others, lifetimes cut
+//    short, granules claimed idle that are not).
 // The host backend maps real memory at 64 KiB pages, so requests share
 // pages densely; every allocation is stamped and checked at its free
 // (check_data), and after every event the harness checks that no two live
@@ -27,10 +29,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -51,7 +55,7 @@ constexpr uint64_t kPage = 64 << 10;
 // (LOOM_PLAN_RANDOM_SEEDS=S:S), and most cases replay by hand too
 // (`loom_tool replay SERVED --plan-from PLAN --perturb ... --no-check
 // --granularity 65536 --backend host --check-data --check-invariants`, or
-// `--auto K`), all but the resized weights.
+// `--auto K`), all but the resized weights and a lying plan.
 struct Case {
   std::string served;     // workload spec
   std::string plan_from;  // "first:K" or a workload spec; "" in auto mode
@@ -60,16 +64,26 @@ struct Case {
   bool replan = false;              // served plans (auto mode always re-plans)
   int64_t auto_iterations = 0;      // > 0: auto mode recording K iterations
   bool check_plan = true;           // auto mode: decline a plan that loses
+  // Share of the served plan's entries made to lie (LiePlan); auto mode's
+  // plan is its own.
+  int lies_percent = 0;
+  // Device memory as a share of the served run's live peak (0: ample). A
+  // tight device may run out (its cached memory released and the request
+  // retried first); an out-of-memory then ends the run cleanly, and the
+  // invariants hold up to it.
+  int capacity_percent = 0;
 
   std::string Describe() const {
     return fmt::format(
-        "served {} | plan {} | perturb {} | weights resized {}% | replan {}",
+        "served {} | plan {} | perturb {} | weights resized {}% | replan {} "
+        "| lies {}% | device {}% of the live peak",
         served,
         auto_iterations > 0
             ? fmt::format("auto mode, first {} iterations{}", auto_iterations,
                           check_plan ? "" : ", not checked")
             : plan_from,
-        FormatPerturbOptions(perturb), resized_weights_percent, replan);
+        FormatPerturbOptions(perturb), resized_weights_percent, replan,
+        lies_percent, capacity_percent);
   }
 };
 
@@ -157,6 +171,8 @@ Case Draw(uint64_t seed) {
   c.perturb.max_add_bytes = pick({kPage / 2, 4 * kPage, 40 * kPage});
   c.resized_weights_percent = static_cast<int>(pick({0, 0, 30, 100}));
   c.replan = rng() % 2 == 0;
+  c.lies_percent = static_cast<int>(pick({0, 0, 0, 5, 30}));
+  c.capacity_percent = static_cast<int>(pick({0, 0, 0, 0, 90, 102, 110}));
   return c;
 }
 
@@ -185,10 +201,77 @@ void ResizeWeights(plan::Trace& trace, int percent, uint64_t seed) {
   }
 }
 
+// A plan that lies, as a stale or foreign plan file could while passing
+// every format check: `percent` of its entries get another offset in the
+// region (overlapping others), a lifetime cut short (its granules look idle
+// while it lives), or a slot anywhere; windows claim granules idle that are
+// not. The run time's safety checks, not the layout, keep bytes single-owned.
+void LiePlan(vmm::RuntimePlan& plan, int percent, uint64_t seed) {
+  if (percent == 0) return;
+  std::mt19937_64 rng(seed ^ 0x6c696573ULL);  // "lies"
+  auto lie = [&] { return static_cast<int>(rng() % 100) < percent; };
+  auto move = [&](vmm::PlannedRequest& r) {
+    if (r.size > plan.region_bytes) return;
+    r.offset = static_cast<int64_t>(rng() % (plan.region_bytes - r.size + 1) /
+                                    512 * 512);
+  };
+  auto lie_about = [&](std::vector<vmm::PlannedRequest>& entries) {
+    for (vmm::PlannedRequest& r : entries) {
+      if (!lie()) continue;
+      if (rng() % 2 == 0) {
+        move(r);
+      } else {
+        r.end = r.start + 1;
+      }
+    }
+  };
+  lie_about(plan.prologue);
+  lie_about(plan.iteration);
+  const uint64_t granules = plan.region_bytes / kPage;
+  for (vmm::DynamicWindow& w : plan.windows) {
+    for (vmm::PlannedRequest& slot : w.steady.requests) {
+      if (lie()) move(slot);
+    }
+    for (uint64_t k = 0; k < granules; ++k) {
+      if (lie()) w.idle_granules.push_back(static_cast<uint32_t>(k));
+    }
+    std::sort(w.idle_granules.begin(), w.idle_granules.end());
+    w.idle_granules.erase(
+        std::unique(w.idle_granules.begin(), w.idle_granules.end()),
+        w.idle_granules.end());
+  }
+}
+
+// The most bytes `trace` holds live at once.
+uint64_t LivePeak(const plan::Trace& trace) {
+  std::unordered_map<uint64_t, uint64_t> live;
+  uint64_t now = 0, peak = 0;
+  for (const plan::Event& e : trace.events) {
+    if (e.kind == plan::EventKind::kAlloc) {
+      live[e.id] = e.size;
+      now += e.size;
+      peak = std::max(peak, now);
+    } else if (e.kind == plan::EventKind::kFree) {
+      auto it = live.find(e.id);
+      if (it == live.end()) continue;
+      now -= it->second;
+      live.erase(it);
+    }
+  }
+  return peak;
+}
+
+// The device's memory for case `c` serving `trace`, in whole pages.
+uint64_t Capacity(const Case& c, const plan::Trace& trace) {
+  if (c.capacity_percent == 0) return uint64_t{8} << 30;
+  const uint64_t bytes = LivePeak(trace) / 100 * c.capacity_percent;
+  return std::max<uint64_t>(bytes / kPage, 8) * kPage;
+}
+
 struct Totals {
   uint64_t cases = 0, hits = 0, misses = 0, suspensions = 0, losses = 0,
            variants = 0, pushes = 0, dynamic_hits = 0, stitched = 0,
-           auto_switched = 0;
+           auto_switched = 0, ooms = 0;
   void Add(const vmm::AllocatorStats& s) {
     ++cases;
     hits += s.plan_hits;
@@ -227,13 +310,16 @@ void RunCase(const Case& c, Totals& totals) {
     options.time_limit_seconds = 0.5;
     options.backend = "host";
     options.granularity = kPage;
-    options.capacity = uint64_t{8} << 30;
+    options.capacity = Capacity(c, trace);
     options.check_data = true;
     options.check_invariants = true;
     options.check_plan = c.check_plan;
     StatusOr<AutoReplayResult> result = ReplayAutoMode(trace, options);
     ASSERT_TRUE(result.ok()) << result.status().ToString();
-    EXPECT_FALSE(result->replay.oom) << result->replay.oom_message;
+    if (c.capacity_percent == 0) {
+      EXPECT_FALSE(result->replay.oom) << result->replay.oom_message;
+    }
+    totals.ooms += result->replay.oom;
     EXPECT_EQ(result->corrupted, 0u);
     totals.Add(result->stats);
     if (result->phases.switched) ++totals.auto_switched;
@@ -251,9 +337,10 @@ void RunCase(const Case& c, Totals& totals) {
   LoomSimOptions options;
   options.backend = "host";
   options.granularity = kPage;
-  options.capacity = uint64_t{8} << 30;
+  options.capacity = Capacity(c, trace);
   options.check_data = true;
   options.names = trace.names;
+  LiePlan(planned->runtime, c.lies_percent, c.perturb.seed);
   options.plan = std::move(planned->runtime);
   options.log_plan_loss = false;
   if (c.replan) options.replan = ReplanOptionsFor(Planning());
@@ -265,7 +352,8 @@ void RunCase(const Case& c, Totals& totals) {
   replay.max_samples = 0;
   StatusOr<ReplayResult> result = Replay(trace, **loom, replay);
   ASSERT_TRUE(result.ok()) << result.status().ToString();
-  EXPECT_FALSE(result->oom) << result->oom_message;
+  if (c.capacity_percent == 0) EXPECT_FALSE(result->oom) << result->oom_message;
+  totals.ooms += result->oom;
   EXPECT_EQ((*loom)->corrupted(), 0u);
   totals.Add((*loom)->loom_stats());
 }
@@ -292,7 +380,7 @@ TEST(PlanRandomTest, DrawnCasesKeepEveryByteSingleOwned) {
   std::printf(
       "%llu cases: %llu hits, %llu misses, %llu suspensions, %llu losses, "
       "%llu variants added, %llu pushes, %llu dynamic hits, %llu pages "
-      "stitched, %llu auto-mode switches\n",
+      "stitched, %llu auto-mode switches, %llu out of memory\n",
       static_cast<unsigned long long>(totals.cases),
       static_cast<unsigned long long>(totals.hits),
       static_cast<unsigned long long>(totals.misses),
@@ -302,7 +390,8 @@ TEST(PlanRandomTest, DrawnCasesKeepEveryByteSingleOwned) {
       static_cast<unsigned long long>(totals.pushes),
       static_cast<unsigned long long>(totals.dynamic_hits),
       static_cast<unsigned long long>(totals.stitched),
-      static_cast<unsigned long long>(totals.auto_switched));
+      static_cast<unsigned long long>(totals.auto_switched),
+      static_cast<unsigned long long>(totals.ooms));
   if (first != 1 || last != kDefaultSeeds) return;
   // The cases must have reached each path they are drawn to reach.
   EXPECT_EQ(totals.cases, kDefaultSeeds);
@@ -315,6 +404,7 @@ TEST(PlanRandomTest, DrawnCasesKeepEveryByteSingleOwned) {
   EXPECT_GT(totals.dynamic_hits, 0u);
   EXPECT_GT(totals.stitched, 0u);
   EXPECT_GT(totals.auto_switched, 0u);
+  EXPECT_GT(totals.ooms, 0u);
 }
 
 }  // namespace

@@ -10,7 +10,8 @@ seed of a built-in workload, the first iterations of a recorded
 multi-iteration trace, or a CPU-recorded model at another micro-batch or
 sequence length (planned from the default one's trace). The same row is replayed
 once more on the host backend with `--check-data` (real memory, every
-allocation stamped and verified at its free).
+allocation stamped and verified at its free, or at the replay's end if it
+is still live then), serving and re-planning as loom's row does.
 
 Usage (repository root, after `bazel build //cli:loom_tool
 //torch_plugin:libloom.so`):
@@ -156,10 +157,11 @@ SETTLING = ("pytorch_expandable", "loom")
 
 
 def plan_options(extra):
-    """loom_tool replay's options for the plan compare's loom row serves."""
+    """loom_tool replay's options for the plan compare's loom row serves,
+    re-planning as that row does."""
     if extra[0] == "--plan-from":
-        return ["--plan-from", extra[1]]
-    return ["--self-plan", "--perturb", extra[1]]
+        return ["--plan-from", extra[1], "--replan"]
+    return ["--self-plan", "--perturb", extra[1], "--replan"]
 
 
 # Each allocator's figures in a row, by allocator (compare --json's, driver

@@ -146,6 +146,14 @@ Status LoomSimAllocator::Free(uint64_t address) {
   return allocator_->Free(address);
 }
 
+void LoomSimAllocator::OnReplayEnd() {
+  if (!options_.check_data || verified_live_) return;
+  verified_live_ = true;
+  for (const auto& [address, live] : live_) {
+    if (!Verify(address, live.size, live.tag)) ++corrupted_;
+  }
+}
+
 void LoomSimAllocator::EmptyCache() { allocator_->EmptyCache().IgnoreError(); }
 
 void LoomSimAllocator::OnMarker(const plan::Event& event) {

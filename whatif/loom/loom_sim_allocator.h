@@ -8,8 +8,9 @@
 // a plan to serve, and data checking: with check_data (host backend), every
 // allocation gets a pattern unique to it at allocation (the whole
 // allocation up to 64 KiB, then 16-byte stamps every 64 KiB and at the end)
-// that is verified at its free; allocations whose pattern changed are
-// counted as corrupted.
+// that is verified at its free, or at the end of the replay for those still
+// live then (OnReplayEnd: weights, optimizer state); allocations whose
+// pattern changed are counted as corrupted.
 //
 // Counters(): plan_hits, plan_misses, unplanned, dynamic_requests,
 // dynamic_hits, where the plan's region and the arena served (placements,
@@ -95,6 +96,8 @@ class LoomSimAllocator final : public SimAllocator {
   Status Free(uint64_t address) override;
   void EmptyCache() override;
   void OnMarker(const plan::Event& event) override;
+  // With check_data: verifies every allocation still live (once).
+  void OnReplayEnd() override;
   const MemoryStats& stats() const override;
   const DriverCalls& driver_calls() const override;
   std::vector<std::pair<std::string, uint64_t>> Counters() const override;
@@ -127,6 +130,7 @@ class LoomSimAllocator final : public SimAllocator {
   std::unordered_map<uint64_t, Live> live_;
   uint64_t next_tag_ = 1;
   uint64_t corrupted_ = 0;
+  bool verified_live_ = false;  // OnReplayEnd ran
   uint64_t calls_at_iteration_begin_ = 0;
   bool in_iteration_ = false;
   int64_t steady_driver_calls_ = -1;  // -1: no complete iteration yet

@@ -66,6 +66,38 @@ TEST(LoomSimAllocatorTest, CorruptionIsDetected) {
   EXPECT_EQ(loom->corrupted(), 1u);
 }
 
+TEST(LoomSimAllocatorTest, CorruptionOfWhatIsNeverFreedIsDetectedAtTheEnd) {
+  // A replay whose first allocation (a weight) is never freed: checked at
+  // the replay's end, intact.
+  plan::Trace trace;
+  trace.events.push_back(plan::Event::Alloc(1, 100000, 0));
+  trace.events.push_back(plan::Event::Alloc(2, 1000, 0));
+  trace.events.push_back(plan::Event::Free(2));
+  LoomSimOptions options;
+  options.backend = "host";
+  options.check_data = true;
+  options.granularity = 64 << 10;
+  options.capacity = 64 << 20;
+  {
+    auto loom = std::move(LoomSimAllocator::Create(options)).value();
+    StatusOr<ReplayResult> result = Replay(trace, *loom);
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    EXPECT_EQ(loom->corrupted(), 0u) << "nothing scribbled: nothing corrupted";
+  }
+  // The same events driven one by one, the weight scribbled over after it
+  // was stamped (as an aliasing bug would): found at the end.
+  auto loom = std::move(LoomSimAllocator::Create(options)).value();
+  uint64_t weight = *loom->Malloc(100000, 0);
+  std::memset(reinterpret_cast<void*>(weight + (64 << 10)), 0, 8);
+  uint64_t other = *loom->Malloc(1000, 0);
+  ASSERT_TRUE(loom->Free(other).ok());
+  EXPECT_EQ(loom->corrupted(), 0u) << "the weight is not freed yet";
+  loom->OnReplayEnd();
+  EXPECT_EQ(loom->corrupted(), 1u);
+  loom->OnReplayEnd();
+  EXPECT_EQ(loom->corrupted(), 1u) << "each allocation counted once";
+}
+
 TEST(LoomSimAllocatorTest, OptionsAreChecked) {
   LoomSimOptions options;
   options.backend = "cuda";

@@ -233,6 +233,7 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
     }
   }
   close_iteration();
+  allocator.OnReplayEnd();
   result.stats = allocator.stats();
   result.peak_allocated = result.stats.allocated_bytes.all().peak;
   result.peak_reserved = result.stats.reserved_bytes.all().peak;

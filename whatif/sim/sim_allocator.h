@@ -56,6 +56,11 @@ class SimAllocator {
   // module enter/exit), in trace order. Most allocators ignore them.
   virtual void OnMarker(const plan::Event& event) { (void)event; }
 
+  // The replay is over (its last event, or an out-of-memory): what is
+  // still live stays live. An allocator that checks data verifies those
+  // allocations now (weights, optimizer state: a run never frees them).
+  virtual void OnReplayEnd() {}
+
   virtual const MemoryStats& stats() const = 0;
   virtual const DriverCalls& driver_calls() const = 0;
 
