@@ -205,7 +205,8 @@ void ResizeWeights(plan::Trace& trace, int percent, uint64_t seed) {
 // every format check: `percent` of its entries get another offset in the
 // region (overlapping others), a lifetime cut short (its granules look idle
 // while it lives), or a slot anywhere; windows claim granules idle that are
-// not. The run time's safety checks, not the layout, keep bytes single-owned.
+// not, or lie at other times; the period may be off by half. The run time's
+// safety checks, not the layout, keep bytes single-owned.
 void LiePlan(vmm::RuntimePlan& plan, int percent, uint64_t seed) {
   if (percent == 0) return;
   std::mt19937_64 rng(seed ^ 0x6c696573ULL);  // "lies"
@@ -227,10 +228,21 @@ void LiePlan(vmm::RuntimePlan& plan, int percent, uint64_t seed) {
   };
   lie_about(plan.prologue);
   lie_about(plan.iteration);
+  // Another period: persistent entries look transient, or the reverse.
+  if (lie()) plan.period = rng() % 2 == 0 ? plan.period / 2 : plan.period * 2;
   const uint64_t granules = plan.region_bytes / kPage;
   for (vmm::DynamicWindow& w : plan.windows) {
     for (vmm::PlannedRequest& slot : w.steady.requests) {
       if (lie()) move(slot);
+    }
+    for (vmm::WindowRequests& early : w.early) {
+      for (vmm::PlannedRequest& slot : early.requests) {
+        if (lie()) move(slot);
+      }
+    }
+    if (lie() && plan.period > 0) {  // the window at another time
+      w.start = static_cast<int64_t>(rng() % plan.period);
+      w.end = w.start + static_cast<int64_t>(rng() % plan.period);
     }
     for (uint64_t k = 0; k < granules; ++k) {
       if (lie()) w.idle_granules.push_back(static_cast<uint32_t>(k));
