@@ -118,10 +118,12 @@ int RunCompare(const Args& args) {
       "trace, CSV or builtin spec). Default: first:min(3, iterations-1) for "
       "a multi-iteration input, the unperturbed input with --perturb, else "
       "self");
-  flags.AddString("perturb", &perturb_text,
-                  "replay a perturbed input: drop=P,add=P,resize=P,seed=S "
-                  "(P a fraction or a percentage); every allocator replays "
-                  "the same perturbed trace");
+  flags.AddString(
+      "perturb", &perturb_text,
+      "replay a perturbed input: drop=P,add=P,resize=P,seed=S"
+      "[,max_add=BYTES] (P a fraction or a percentage; an added request's "
+      "size up to BYTES, default 8MiB); every allocator replays "
+      "the same perturbed trace");
   flags.AddInt("then-repeat", &then_repeat,
                "every allocator replays the input (perturbed, with "
                "--perturb) followed by N stationary copies of its last "

@@ -66,7 +66,8 @@ int RunReplay(const Args& args) {
                 "replay's thread: the same result every time), as auto mode "
                 "does at run time and `loom compare`'s loom row does");
   flags.AddString("perturb", &perturb_text,
-                  "replay a perturbed input (drop=P,add=P,resize=P,seed=S); "
+                  "replay a perturbed input "
+                  "(drop=P,add=P,resize=P,seed=S[,max_add=BYTES]); "
                   "with --self-plan the plan is the unperturbed input's");
   flags.AddString("scope", &scope,
                   "with --self-plan: auto, iteration or trace");

@@ -55,7 +55,7 @@ constexpr uint64_t kPage = 64 << 10;
 // (LOOM_PLAN_RANDOM_SEEDS=S:S), and most cases replay by hand too
 // (`loom_tool replay SERVED --plan-from PLAN --perturb ... --no-check
 // --granularity 65536 --backend host --check-data --check-invariants`, or
-// `--auto K`), all but the resized weights and a lying plan.
+// `--auto K`), all but the resized weights, a lying plan and a tight device.
 struct Case {
   std::string served;     // workload spec
   std::string plan_from;  // "first:K" or a workload spec; "" in auto mode

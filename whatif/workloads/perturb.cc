@@ -7,6 +7,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/check.h"
+#include "base/flags.h"
 #include "base/text.h"
 
 namespace loom::whatif {
@@ -28,8 +30,9 @@ StatusOr<double> ParseShare(std::string_view key, std::string_view value) {
   }
   if (percent) parsed /= 100;
   if (!(parsed >= 0 && parsed <= 1)) {
-    return InvalidArgumentError("--perturb {}: {} is not within 0..1 (0%..100%)",
-                                key, QuotedForMessage(value, 32));
+    return InvalidArgumentError(
+        "--perturb {}: {} is not within 0..1 (0%..100%)", key,
+        QuotedForMessage(value, 32));
   }
   return parsed;
 }
@@ -59,17 +62,24 @@ StatusOr<PerturbOptions> ParsePerturbOptions(std::string_view text) {
     } else if (key == "resize") {
       LOOM_ASSIGN_OR_RETURN(options.resize, ParseShare(key, value));
     } else if (key == "seed") {
-      auto [ptr, ec] = std::from_chars(value.data(),
-                                       value.data() + value.size(),
-                                       options.seed);
+      auto [ptr, ec] = std::from_chars(
+          value.data(), value.data() + value.size(), options.seed);
       if (ec != std::errc() || ptr != value.data() + value.size() ||
           value.empty()) {
         return InvalidArgumentError("--perturb seed: {} is not a number",
                                     QuotedForMessage(value, 32));
       }
+    } else if (key == "max_add") {
+      StatusOr<uint64_t> bytes = ParseSize(value);
+      if (!bytes.ok() || *bytes == 0) {
+        return InvalidArgumentError(
+            "--perturb max_add: {} is not a size of at least 1 byte",
+            QuotedForMessage(value, 32));
+      }
+      options.max_add_bytes = *bytes;
     } else {
       return InvalidArgumentError(
-          "--perturb: unknown key {} (drop, add, resize, seed)",
+          "--perturb: unknown key {} (drop, add, resize, seed, max_add)",
           QuotedForMessage(key, 32));
     }
   }
@@ -77,11 +87,16 @@ StatusOr<PerturbOptions> ParsePerturbOptions(std::string_view text) {
 }
 
 std::string FormatPerturbOptions(const PerturbOptions& o) {
-  return fmt::format("drop={:g}%,add={:g}%,resize={:g}%,seed={}",
-                     o.drop * 100, o.add * 100, o.resize * 100, o.seed);
+  std::string out =
+      fmt::format("drop={:g}%,add={:g}%,resize={:g}%,seed={}", o.drop * 100,
+                  o.add * 100, o.resize * 100, o.seed);
+  if (o.max_add_bytes != PerturbOptions().max_add_bytes)
+    out += fmt::format(",max_add={}", o.max_add_bytes);
+  return out;
 }
 
 plan::Trace Perturb(const plan::Trace& trace, const PerturbOptions& options) {
+  LOOM_CHECK(options.max_add_bytes >= 1, "perturbing with max_add_bytes 0");
   std::mt19937_64 rng(options.seed);
   std::uniform_real_distribution<double> unit(0, 1);
   auto chance = [&](double p) { return p > 0 && unit(rng) < p; };

@@ -25,19 +25,23 @@ struct PerturbOptions {
   double add = 0;     // an extra request after this share of allocations
   double resize = 0;  // share of allocations resized
   uint64_t seed = 1;
-  uint64_t max_add_bytes = uint64_t{8} << 20;
+  uint64_t max_add_bytes = uint64_t{8} << 20;  // an added request's most; >= 1
 
   bool any() const { return drop > 0 || add > 0 || resize > 0; }
 };
 
-// "drop=P,add=P,resize=P,seed=S": P a fraction (0.03) or a percentage (3%).
-// Keys may be omitted (0); INVALID_ARGUMENT names a bad item.
+// "drop=P,add=P,resize=P,seed=S[,max_add=BYTES]": P a fraction (0.03) or a
+// percentage (3%); BYTES as base/flags.h's ParseSize ("4096", "256KiB"), at
+// least 1. Keys may be omitted (0; max_add: 8 MiB); INVALID_ARGUMENT names a
+// bad item.
 StatusOr<PerturbOptions> ParsePerturbOptions(std::string_view text);
 
-// "drop=3%,add=3%,resize=3%,seed=1", for reports.
+// "drop=3%,add=3%,resize=3%,seed=1", for reports (and ",max_add=BYTES" when
+// not the default); ParsePerturbOptions reads it back.
 std::string FormatPerturbOptions(const PerturbOptions& options);
 
-// REQUIRES: `trace` is well formed. The result is well formed too.
+// REQUIRES: `trace` is well formed; options.max_add_bytes >= 1. The result is
+// well formed too.
 plan::Trace Perturb(const plan::Trace& trace, const PerturbOptions& options);
 
 }  // namespace loom::whatif

@@ -28,8 +28,19 @@ TEST(PerturbTest, ParsesFractionsAndPercentages) {
   EXPECT_DOUBLE_EQ(o->resize, 0.10);
   EXPECT_EQ(o->seed, 7u);
   EXPECT_EQ(FormatPerturbOptions(*o), "drop=3%,add=5%,resize=10%,seed=7");
+  // An added request's largest size: named only when not the default, and
+  // read back.
+  o = ParsePerturbOptions("add=1%,max_add=256KiB");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->max_add_bytes, 256u << 10);
+  EXPECT_EQ(FormatPerturbOptions(*o),
+            "drop=0%,add=1%,resize=0%,seed=1,max_add=262144");
+  StatusOr<PerturbOptions> again =
+      ParsePerturbOptions(FormatPerturbOptions(*o));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->max_add_bytes, 256u << 10);
   for (const char* bad : {"drop=2", "drop=-1%", "jitter=1%", "drop", "seed=x",
-                          "add=abc"}) {
+                          "add=abc", "max_add=0", "max_add=lots", "max_add="}) {
     EXPECT_EQ(ParsePerturbOptions(bad).status().code(),
               StatusCode::kInvalidArgument)
         << bad;
@@ -49,8 +60,7 @@ TEST(PerturbTest, DropsAddsAndResizesAboutTheirShareAndStaysValid) {
   o.resize = 0.1;
   o.seed = 3;
   const plan::Trace p = Perturb(t, o);
-  ASSERT_TRUE(plan::ValidateTrace(p).ok())
-      << plan::ValidateTrace(p).ToString();
+  ASSERT_TRUE(plan::ValidateTrace(p).ok()) << plan::ValidateTrace(p).ToString();
   const double n = static_cast<double>(Allocs(t));
   const double kept = n * 0.9;
   // Kept requests plus the added ones (10% of those kept).
@@ -59,7 +69,8 @@ TEST(PerturbTest, DropsAddsAndResizesAboutTheirShareAndStaysValid) {
   auto markers = [](const plan::Trace& x) {
     uint64_t m = 0;
     for (const plan::Event& e : x.events) {
-      m += e.kind != plan::EventKind::kAlloc && e.kind != plan::EventKind::kFree;
+      m +=
+          e.kind != plan::EventKind::kAlloc && e.kind != plan::EventKind::kFree;
     }
     return m;
   };
