@@ -389,21 +389,13 @@ TEST(PlanRandomTest, DrawnCasesKeepEveryByteSingleOwned) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
     ASSERT_NO_FATAL_FAILURE(RunCase(Draw(seed), totals));
   }
-  std::printf(
-      "%llu cases: %llu hits, %llu misses, %llu suspensions, %llu losses, "
-      "%llu variants added, %llu pushes, %llu dynamic hits, %llu pages "
-      "stitched, %llu auto-mode switches, %llu out of memory\n",
-      static_cast<unsigned long long>(totals.cases),
-      static_cast<unsigned long long>(totals.hits),
-      static_cast<unsigned long long>(totals.misses),
-      static_cast<unsigned long long>(totals.suspensions),
-      static_cast<unsigned long long>(totals.losses),
-      static_cast<unsigned long long>(totals.variants),
-      static_cast<unsigned long long>(totals.pushes),
-      static_cast<unsigned long long>(totals.dynamic_hits),
-      static_cast<unsigned long long>(totals.stitched),
-      static_cast<unsigned long long>(totals.auto_switched),
-      static_cast<unsigned long long>(totals.ooms));
+  fmt::print(
+      "{} cases: {} hits, {} misses, {} suspensions, {} losses, {} variants "
+      "added, {} pushes, {} dynamic hits, {} pages stitched, {} auto-mode "
+      "switches, {} out of memory\n",
+      totals.cases, totals.hits, totals.misses, totals.suspensions,
+      totals.losses, totals.variants, totals.pushes, totals.dynamic_hits,
+      totals.stitched, totals.auto_switched, totals.ooms);
   if (first != 1 || last != kDefaultSeeds) return;
   // The cases must have reached each path they are drawn to reach.
   EXPECT_EQ(totals.cases, kDefaultSeeds);

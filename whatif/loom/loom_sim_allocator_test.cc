@@ -50,12 +50,18 @@ TEST(LoomSimAllocatorTest, RepeatingDenseWorkloadMakesNoDriverCallsOnceWarm) {
   EXPECT_TRUE(found_steady);
 }
 
-TEST(LoomSimAllocatorTest, CorruptionIsDetected) {
+// Real memory (64 KiB pages, 64 MiB) with every allocation stamped.
+LoomSimOptions CheckedHost() {
   LoomSimOptions options;
   options.backend = "host";
   options.check_data = true;
   options.granularity = 64 << 10;
   options.capacity = 64 << 20;
+  return options;
+}
+
+TEST(LoomSimAllocatorTest, CorruptionIsDetected) {
+  const LoomSimOptions options = CheckedHost();
   auto loom = std::move(LoomSimAllocator::Create(options)).value();
   uint64_t a = *loom->Malloc(100000, 0);
   uint64_t b = *loom->Malloc(1000, 0);
@@ -73,11 +79,7 @@ TEST(LoomSimAllocatorTest, CorruptionOfWhatIsNeverFreedIsDetectedAtTheEnd) {
   trace.events.push_back(plan::Event::Alloc(1, 100000, 0));
   trace.events.push_back(plan::Event::Alloc(2, 1000, 0));
   trace.events.push_back(plan::Event::Free(2));
-  LoomSimOptions options;
-  options.backend = "host";
-  options.check_data = true;
-  options.granularity = 64 << 10;
-  options.capacity = 64 << 20;
+  const LoomSimOptions options = CheckedHost();
   {
     auto loom = std::move(LoomSimAllocator::Create(options)).value();
     StatusOr<ReplayResult> result = Replay(trace, *loom);
