@@ -34,10 +34,11 @@
 #include <cstdlib>
 #include <random>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "plan/analysis/analysis.h"
+#include "plan/analysis/workload.h"
 #include "whatif/loom/auto_replay.h"
 #include "whatif/loom/loom_sim_allocator.h"
 #include "whatif/loom/plan_source.h"
@@ -180,23 +181,16 @@ Case Draw(uint64_t seed) {
 // (weights) by 512 B to 32 KiB, in place.
 void ResizeWeights(plan::Trace& trace, int percent, uint64_t seed) {
   if (percent == 0) return;
-  std::vector<bool> freed;
-  for (const plan::Event& e : trace.events) {
-    if (e.kind != plan::EventKind::kFree) continue;
-    if (e.id >= freed.size()) freed.resize(e.id + 1);
-    freed[e.id] = true;
-  }
   std::mt19937_64 rng(seed);
-  for (plan::Event& e : trace.events) {
-    if (e.kind == plan::EventKind::kIterationBegin) break;
-    if (e.kind != plan::EventKind::kAlloc) continue;
-    if (e.id < freed.size() && freed[e.id]) continue;
+  for (const plan::Allocation& a : plan::BuildWorkload(trace).allocations) {
+    if (a.alloc_iteration != plan::kNoIteration || a.freed()) continue;
     if (static_cast<int>(rng() % 100) >= percent) continue;
     const uint64_t delta = 512 * (1 + rng() % 64);
+    uint64_t& size = trace.events[a.alloc_time].size;
     if (rng() % 3 != 0) {
-      e.size += delta;
-    } else if (e.size > delta + 512) {
-      e.size -= delta;
+      size += delta;
+    } else if (size > delta + 512) {
+      size -= delta;
     }
   }
 }
@@ -254,29 +248,11 @@ void LiePlan(vmm::RuntimePlan& plan, int percent, uint64_t seed) {
   }
 }
 
-// The most bytes `trace` holds live at once.
-uint64_t LivePeak(const plan::Trace& trace) {
-  std::unordered_map<uint64_t, uint64_t> live;
-  uint64_t now = 0, peak = 0;
-  for (const plan::Event& e : trace.events) {
-    if (e.kind == plan::EventKind::kAlloc) {
-      live[e.id] = e.size;
-      now += e.size;
-      peak = std::max(peak, now);
-    } else if (e.kind == plan::EventKind::kFree) {
-      auto it = live.find(e.id);
-      if (it == live.end()) continue;
-      now -= it->second;
-      live.erase(it);
-    }
-  }
-  return peak;
-}
-
 // The device's memory for case `c` serving `trace`, in whole pages.
 uint64_t Capacity(const Case& c, const plan::Trace& trace) {
   if (c.capacity_percent == 0) return uint64_t{8} << 30;
-  const uint64_t bytes = LivePeak(trace) / 100 * c.capacity_percent;
+  const uint64_t bytes = plan::PeakLiveBytes(plan::BuildWorkload(trace)) / 100 *
+                         c.capacity_percent;
   return std::max<uint64_t>(bytes / kPage, 8) * kPage;
 }
 

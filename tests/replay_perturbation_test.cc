@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <unordered_set>
 
+#include "plan/analysis/workload.h"
 #include "whatif/loom/loom_sim_allocator.h"
 #include "whatif/loom/self_plan.h"
 #include "whatif/sim/caching_allocator.h"
@@ -160,21 +160,17 @@ TEST_F(PerturbationTest, RecoversAfterADisturbance) {
 // the safety check and every byte by the data stamps; the iteration's
 // layout above the weights is untouched.
 TEST_F(PerturbationTest, GrownWeightsPushTheLaterOnesAndKeepTheirData) {
-  std::unordered_set<uint64_t> freed;
-  for (const plan::Event& e : trace_->events) {
-    if (e.kind == plan::EventKind::kFree) freed.insert(e.id);
-  }
   plan::Trace t = *trace_;
   int weights = 0;
   int grown = 0;
-  for (plan::Event& e : t.events) {
-    if (e.kind == plan::EventKind::kIterationBegin) break;
-    if (e.kind != plan::EventKind::kAlloc || freed.contains(e.id) ||
-        e.size < (64 << 10)) {
+  // The set-up's requests that are never freed, of 64 KiB or more.
+  for (const plan::Allocation& a : plan::BuildWorkload(t).allocations) {
+    if (a.alloc_iteration != plan::kNoIteration || a.freed() ||
+        a.size < (64 << 10)) {
       continue;
     }
     if (++weights % 3 == 2) {  // the 2nd, 5th, 8th, ... weight
-      e.size += 4096;
+      t.events[a.alloc_time].size += 4096;
       ++grown;
     }
   }
