@@ -160,9 +160,12 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
                                  t, result.allocator, e.size,
                                  address.status().ToString());
           }
-          result.oom = true;
-          result.oom_event = t;
-          result.oom_message = address.status().message();
+          if (!result.oom) {
+            result.oom = true;
+            result.oom_event = t;
+            result.oom_message = address.status().message();
+          }
+          ++result.ooms;
           break;
         }
         live[e.id] = {*address, e.size};
@@ -210,7 +213,7 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
         allocator.OnMarker(e);
         break;
     }
-    if (result.oom) break;
+    if (result.oom && !options.skip_out_of_memory) break;
     ++result.events;
     const MemoryStats& stats = allocator.stats();
     uint64_t allocated = stats.allocated_bytes.all().current;

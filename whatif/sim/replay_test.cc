@@ -169,9 +169,29 @@ TEST(ReplayTest, OutOfMemoryStopsTheReplay) {
   ASSERT_TRUE(result.ok());
   EXPECT_TRUE(result->oom);
   EXPECT_EQ(result->oom_event, 5u);  // the 50-byte alloc
+  EXPECT_EQ(result->ooms, 1u);
   EXPECT_EQ(result->events, 5u);
   EXPECT_EQ(result->peak_requested, 400u);
   EXPECT_NE(result->oom_message.find("full"), std::string::npos);
+}
+
+TEST(ReplayTest, SkippingOutOfMemoryDropsTheRequestAndGoesOn) {
+  plan::Trace trace = SmallTrace();  // 100, 300, then 50 fails at 420
+  trace.AddAlloc(4, 20);             // fits after the failure
+  trace.AddFree(4);
+  BumpAllocator allocator(420);
+  auto result = Replay(trace, allocator,
+                       {.check_invariants = true, .skip_out_of_memory = true});
+  // The failed request's free is dropped too: the bump allocator rejects a
+  // free it never served, which would fail the replay.
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->oom);
+  EXPECT_EQ(result->oom_event, 5u);
+  EXPECT_EQ(result->ooms, 1u);
+  EXPECT_EQ(result->events, trace.events.size());
+  EXPECT_EQ(result->allocs, 3u);  // 100, 300 and 20
+  EXPECT_EQ(result->frees, 3u);
+  EXPECT_EQ(result->peak_reserved, 420u);
 }
 
 TEST(ReplayTest, DetectsOverlappingAllocations) {
