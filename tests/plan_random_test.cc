@@ -23,10 +23,12 @@
 // allocations overlap, that each lies in mapped memory, and the
 // allocator's own CheckInvariants (no physical byte owned twice). On a
 // tight device the program sometimes catches each out-of-memory and goes
-// on. A case fails on an invariant, a corrupted allocation, an
-// out-of-memory on an ample device or a rejected free. The totals over all
-// seeds must show the paths exercised (hits, misses, suspensions, losses,
-// variants, pushes, dynamic hits, stitching, out-of-memory survived).
+// on; sometimes the driver fails now and then (injected), and the program
+// catches what that fails. A case fails on an invariant, a corrupted
+// allocation, an out-of-memory on an ample device or a rejected free. The
+// totals over all seeds must show the paths exercised (hits, misses,
+// suspensions, losses, variants, pushes, dynamic hits, stitching, out-of-memory
+// survived, driver failures met).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -74,23 +76,27 @@ struct Case {
   // retried first); an out-of-memory then ends the run cleanly, and the
   // invariants hold up to it.
   int capacity_percent = 0;
-  // On a tight device: the program catches each out-of-memory and goes on
-  // without that request (ReplayOptions::skip_out_of_memory), so the rest
-  // of the run is served from the state a failure left, invariants checked.
-  bool skip_out_of_memory = false;
+  // Chance in percent that a Malloc or Free meets an injected driver
+  // failure (LoomSimOptions::driver_failure_percent; not in auto mode).
+  int driver_failure_percent = 0;
+  // On a tight device or with driver failures: the program catches each
+  // failed allocation and goes on without that request
+  // (ReplayOptions::skip_failed_allocations), so the rest of the run is
+  // served from the state a failure left, invariants checked.
+  bool skip_failed_allocations = false;
 
   std::string Describe() const {
     return fmt::format(
         "served {} | plan {} | perturb {} | weights resized {}% | replan {} "
-        "| lies {}% | device {}% of the live peak{}",
+        "| lies {}% | device {}% of the live peak | driver failures {}%{}",
         served,
         auto_iterations > 0
             ? fmt::format("auto mode, first {} iterations{}", auto_iterations,
                           check_plan ? "" : ", not checked")
             : plan_from,
         FormatPerturbOptions(perturb), resized_weights_percent, replan,
-        lies_percent, capacity_percent,
-        skip_out_of_memory ? ", out-of-memory skipped" : "");
+        lies_percent, capacity_percent, driver_failure_percent,
+        skip_failed_allocations ? ", failed allocations skipped" : "");
   }
 };
 
@@ -182,8 +188,12 @@ Case Draw(uint64_t seed) {
   c.capacity_percent = static_cast<int>(pick({0, 0, 0, 0, 90, 102, 110}));
   // Drawn last, so that the draws above stay those of the seed.
   if (c.capacity_percent != 0 && rng() % 2 == 0) {
-    c.skip_out_of_memory = true;
+    c.skip_failed_allocations = true;
     c.capacity_percent -= static_cast<int>(pick({0, 20, 40}));
+  }
+  if (c.auto_iterations == 0) {
+    c.driver_failure_percent = static_cast<int>(pick({0, 0, 0, 2, 10}));
+    if (c.driver_failure_percent > 0) c.skip_failed_allocations = true;
   }
   return c;
 }
@@ -270,7 +280,8 @@ uint64_t Capacity(const Case& c, const plan::Trace& trace) {
 struct Totals {
   uint64_t cases = 0, hits = 0, misses = 0, suspensions = 0, losses = 0,
            variants = 0, pushes = 0, dynamic_hits = 0, stitched = 0,
-           auto_switched = 0, ooms = 0, survived = 0;
+           auto_switched = 0, ooms = 0, survived = 0, driver_failures = 0,
+           failed_allocations = 0;
   void Add(const vmm::AllocatorStats& s) {
     ++cases;
     hits += s.plan_hits;
@@ -293,12 +304,16 @@ SelfPlanOptions Planning() {
 
 constexpr uint64_t kDefaultSeeds = 60;
 
-// An ample device never runs out. Counts the runs served on past their
-// first out-of-memory (skipped).
-void CountOutOfMemory(const Case& c, const ReplayResult& result,
-                      Totals& totals) {
-  if (c.capacity_percent == 0) EXPECT_FALSE(result.oom) << result.oom_message;
+// An ample device never runs out, unless a driver failure says so; an
+// allocation fails otherwise only from an injected failure. Counts the runs
+// served on past their first out-of-memory (skipped).
+void CountFailures(const Case& c, const ReplayResult& result, Totals& totals) {
+  if (c.capacity_percent == 0 && c.driver_failure_percent == 0) {
+    EXPECT_FALSE(result.oom) << result.oom_message;
+  }
+  if (c.driver_failure_percent == 0) EXPECT_EQ(result.other_failures, 0u);
   totals.ooms += result.ooms;
+  totals.failed_allocations += result.other_failures;
   if (result.oom && result.events > result.oom_event + 1) ++totals.survived;
 }
 
@@ -322,10 +337,10 @@ void RunCase(const Case& c, Totals& totals) {
     options.check_data = true;
     options.check_invariants = true;
     options.check_plan = c.check_plan;
-    options.skip_out_of_memory = c.skip_out_of_memory;
+    options.skip_failed_allocations = c.skip_failed_allocations;
     StatusOr<AutoReplayResult> result = ReplayAutoMode(trace, options);
     ASSERT_TRUE(result.ok()) << result.status().ToString();
-    CountOutOfMemory(c, result->replay, totals);
+    CountFailures(c, result->replay, totals);
     EXPECT_EQ(result->corrupted, 0u);
     totals.Add(result->stats);
     if (result->phases.switched) ++totals.auto_switched;
@@ -349,6 +364,8 @@ void RunCase(const Case& c, Totals& totals) {
   LiePlan(planned->runtime, c.lies_percent, c.perturb.seed);
   options.plan = std::move(planned->runtime);
   options.log_plan_loss = false;
+  options.driver_failure_percent = c.driver_failure_percent;
+  options.driver_failure_seed = c.perturb.seed;
   if (c.replan) options.replan = ReplanOptionsFor(Planning());
   StatusOr<std::unique_ptr<LoomSimAllocator>> loom =
       LoomSimAllocator::Create(options);
@@ -356,12 +373,13 @@ void RunCase(const Case& c, Totals& totals) {
   ReplayOptions replay;
   replay.check_invariants = true;
   replay.max_samples = 0;
-  replay.skip_out_of_memory = c.skip_out_of_memory;
+  replay.skip_failed_allocations = c.skip_failed_allocations;
   StatusOr<ReplayResult> result = Replay(trace, **loom, replay);
   ASSERT_TRUE(result.ok()) << result.status().ToString();
-  CountOutOfMemory(c, *result, totals);
+  CountFailures(c, *result, totals);
   EXPECT_EQ((*loom)->corrupted(), 0u);
   totals.Add((*loom)->loom_stats());
+  totals.driver_failures += (*loom)->driver_failures();
 }
 
 // LOOM_PLAN_RANDOM_SEEDS=FIRST:LAST runs other seeds (a longer hunt); the
@@ -386,10 +404,12 @@ TEST(PlanRandomTest, DrawnCasesKeepEveryByteSingleOwned) {
   fmt::print(
       "{} cases: {} hits, {} misses, {} suspensions, {} losses, {} variants "
       "added, {} pushes, {} dynamic hits, {} pages stitched, {} auto-mode "
-      "switches, {} out of memory ({} runs served on past theirs)\n",
+      "switches, {} out of memory ({} runs served on past theirs), {} "
+      "driver failures injected ({} allocations failed otherwise)\n",
       totals.cases, totals.hits, totals.misses, totals.suspensions,
       totals.losses, totals.variants, totals.pushes, totals.dynamic_hits,
-      totals.stitched, totals.auto_switched, totals.ooms, totals.survived);
+      totals.stitched, totals.auto_switched, totals.ooms, totals.survived,
+      totals.driver_failures, totals.failed_allocations);
   if (first != 1 || last != kDefaultSeeds) return;
   // The cases must have reached each path they are drawn to reach.
   EXPECT_EQ(totals.cases, kDefaultSeeds);
@@ -404,6 +424,7 @@ TEST(PlanRandomTest, DrawnCasesKeepEveryByteSingleOwned) {
   EXPECT_GT(totals.auto_switched, 0u);
   EXPECT_GT(totals.ooms, 0u);
   EXPECT_GT(totals.survived, 0u);
+  EXPECT_GT(totals.driver_failures, 0u);
 }
 
 }  // namespace

@@ -101,7 +101,7 @@ StatusOr<PhysicalHandle> Driver::Create(int device, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_ASSIGN_OR_RETURN(uint64_t granularity, MinimumGranularityLocked(device));
   LOOM_RETURN_IF_ERROR(contract_.CheckCreate(device, size, granularity));
-  Count(DriverOp::kCreate);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kCreate));
   CountSizeLocked(DriverOp::kCreate, size);
   LOOM_ASSIGN_OR_RETURN(uint64_t handle, DoCreate(device, size));
   contract_.OnCreate(handle, device, size);
@@ -111,7 +111,7 @@ StatusOr<PhysicalHandle> Driver::Create(int device, uint64_t size) {
 Status Driver::Release(PhysicalHandle handle) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(contract_.CheckRelease(handle.value));
-  Count(DriverOp::kRelease);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kRelease));
   CountSizeLocked(DriverOp::kRelease, contract_.HandleSize(handle.value));
   LOOM_RETURN_IF_ERROR(DoRelease(handle.value));
   contract_.OnRelease(handle.value);
@@ -123,7 +123,7 @@ StatusOr<DevicePtr> Driver::Reserve(uint64_t size, uint64_t alignment) {
   // Address space is shared by all devices; device 0's granularity rules it.
   LOOM_ASSIGN_OR_RETURN(uint64_t granularity, MinimumGranularityLocked(0));
   LOOM_RETURN_IF_ERROR(contract_.CheckReserve(size, alignment, granularity));
-  Count(DriverOp::kReserve);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kReserve));
   CountSizeLocked(DriverOp::kReserve, size);
   LOOM_ASSIGN_OR_RETURN(
       DevicePtr ptr, DoReserve(size, alignment == 0 ? granularity : alignment));
@@ -134,7 +134,7 @@ StatusOr<DevicePtr> Driver::Reserve(uint64_t size, uint64_t alignment) {
 Status Driver::Unreserve(DevicePtr ptr, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(contract_.CheckUnreserve(ptr, size));
-  Count(DriverOp::kUnreserve);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kUnreserve));
   CountSizeLocked(DriverOp::kUnreserve, size);
   LOOM_RETURN_IF_ERROR(DoUnreserve(ptr, size));
   contract_.OnUnreserve(ptr);
@@ -147,7 +147,7 @@ Status Driver::Map(DevicePtr ptr, uint64_t size, PhysicalHandle handle,
   LOOM_ASSIGN_OR_RETURN(uint64_t granularity, MinimumGranularityLocked(0));
   LOOM_RETURN_IF_ERROR(
       contract_.CheckMap(ptr, size, handle.value, offset, granularity));
-  Count(DriverOp::kMap);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kMap));
   CountSizeLocked(DriverOp::kMap, size);
   LOOM_RETURN_IF_ERROR(DoMap(ptr, size, handle.value, offset));
   contract_.OnMap(ptr, size, handle.value, offset);
@@ -157,7 +157,7 @@ Status Driver::Map(DevicePtr ptr, uint64_t size, PhysicalHandle handle,
 Status Driver::Unmap(DevicePtr ptr, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(contract_.CheckUnmap(ptr, size));
-  Count(DriverOp::kUnmap);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kUnmap));
   CountSizeLocked(DriverOp::kUnmap, size);
   LOOM_RETURN_IF_ERROR(DoUnmap(ptr, size));
   contract_.OnUnmap(ptr, size);
@@ -172,7 +172,7 @@ Status Driver::SetAccess(DevicePtr ptr, uint64_t size, int device,
     LOOM_RETURN_IF_ERROR(MinimumGranularityLocked(peer).status());
   }
   LOOM_RETURN_IF_ERROR(contract_.CheckWholeMappings(ptr, size, "set_access"));
-  Count(DriverOp::kSetAccess);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kSetAccess));
   CountSizeLocked(DriverOp::kSetAccess, size);
   LOOM_RETURN_IF_ERROR(DoSetAccess(ptr, size, device, peers));
   contract_.OnSetAccess(ptr, size);
@@ -194,19 +194,19 @@ StatusOr<Stream> Driver::CreateStream(int device) {
     std::lock_guard<std::mutex> lock(mu_);
     LOOM_RETURN_IF_ERROR(MinimumGranularityLocked(device).status());
   }
-  Count(DriverOp::kCreateStream);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kCreateStream));
   return DoCreateStream(device);
 }
 
 Status Driver::DestroyStream(Stream stream) {
   if (stream == 0)
     return InvalidArgumentError("destroy_stream: the default stream");
-  Count(DriverOp::kDestroyStream);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kDestroyStream));
   return DoDestroyStream(stream);
 }
 
 Status Driver::SynchronizeStream(Stream stream) {
-  Count(DriverOp::kSynchronizeStream);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kSynchronizeStream));
   return DoSynchronizeStream(stream);
 }
 
@@ -215,7 +215,7 @@ StatusOr<Event> Driver::CreateEvent(int device) {
     std::lock_guard<std::mutex> lock(mu_);
     LOOM_RETURN_IF_ERROR(MinimumGranularityLocked(device).status());
   }
-  Count(DriverOp::kCreateEvent);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kCreateEvent));
   LOOM_ASSIGN_OR_RETURN(uint64_t event, DoCreateEvent(device));
   return Event{event};
 }
@@ -223,19 +223,19 @@ StatusOr<Event> Driver::CreateEvent(int device) {
 Status Driver::DestroyEvent(Event event) {
   if (event.value == 0)
     return InvalidArgumentError("destroy_event: null event");
-  Count(DriverOp::kDestroyEvent);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kDestroyEvent));
   return DoDestroyEvent(event.value);
 }
 
 Status Driver::RecordEvent(Event event, Stream stream) {
   if (event.value == 0) return InvalidArgumentError("record_event: null event");
-  Count(DriverOp::kRecordEvent);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kRecordEvent));
   return DoRecordEvent(event.value, stream);
 }
 
 StatusOr<bool> Driver::QueryEvent(Event event) {
   if (event.value == 0) return InvalidArgumentError("query_event: null event");
-  Count(DriverOp::kQueryEvent);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kQueryEvent));
   return DoQueryEvent(event.value);
 }
 
@@ -243,7 +243,7 @@ Status Driver::SynchronizeEvent(Event event) {
   if (event.value == 0) {
     return InvalidArgumentError("synchronize_event: null event");
   }
-  Count(DriverOp::kSynchronizeEvent);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kSynchronizeEvent));
   return DoSynchronizeEvent(event.value);
 }
 
@@ -251,7 +251,7 @@ Status Driver::StreamWaitEvent(Stream stream, Event event) {
   if (event.value == 0) {
     return InvalidArgumentError("stream_wait_event: null event");
   }
-  Count(DriverOp::kStreamWaitEvent);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kStreamWaitEvent));
   return DoStreamWaitEvent(stream, event.value);
 }
 
@@ -260,7 +260,7 @@ Status Driver::SynchronizeDevice(int device) {
     std::lock_guard<std::mutex> lock(mu_);
     LOOM_RETURN_IF_ERROR(MinimumGranularityLocked(device).status());
   }
-  Count(DriverOp::kSynchronizeDevice);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kSynchronizeDevice));
   return DoSynchronizeDevice(device);
 }
 
@@ -272,22 +272,59 @@ Status Driver::CheckAccessibleLocked(DevicePtr ptr, uint64_t size) const {
 Status Driver::CopyToDevice(DevicePtr dst, const void* src, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(dst, size));
-  Count(DriverOp::kCopyToDevice);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kCopyToDevice));
   return DoCopyToDevice(dst, src, size);
 }
 
 Status Driver::CopyToHost(void* dst, DevicePtr src, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(src, size));
-  Count(DriverOp::kCopyToHost);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kCopyToHost));
   return DoCopyToHost(dst, src, size);
 }
 
 Status Driver::Memset(DevicePtr dst, uint8_t value, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(dst, size));
-  Count(DriverOp::kMemset);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kMemset));
   return DoMemset(dst, value, size);
+}
+
+void Driver::InjectFailure(DriverOp op, int nth, Status status) {
+  LOOM_CHECK(nth >= 1 && !status.ok());
+  std::lock_guard<std::mutex> lock(inject_mu_);
+  injections_.push_back({op, nth, std::move(status)});
+  injecting_.store(true, std::memory_order_release);
+}
+
+void Driver::FailAlways(DriverOp op, Status status) {
+  std::lock_guard<std::mutex> lock(inject_mu_);
+  always_[static_cast<size_t>(op)] = std::move(status);
+  injecting_.store(true, std::memory_order_release);
+}
+
+void Driver::ClearFailures() {
+  std::lock_guard<std::mutex> lock(inject_mu_);
+  injections_.clear();
+  for (Status& status : always_) status = OkStatus();
+  injecting_.store(false, std::memory_order_release);
+}
+
+Status Driver::InjectedFailure(DriverOp op) {
+  std::lock_guard<std::mutex> lock(inject_mu_);
+  if (!always_[static_cast<size_t>(op)].ok()) {
+    return always_[static_cast<size_t>(op)];
+  }
+  Status result;
+  for (auto it = injections_.begin(); it != injections_.end();) {
+    if (it->op == op && --it->countdown == 0) {
+      if (result.ok()) result = it->status;
+      it = injections_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return result;
 }
 
 std::map<uint64_t, uint64_t> Driver::sized_calls(DriverOp op) const {
@@ -301,7 +338,7 @@ Status Driver::MemsetAsync(DevicePtr dst, uint8_t value, uint64_t size,
                            Stream stream) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(dst, size));
-  Count(DriverOp::kMemsetAsync);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kMemsetAsync));
   return DoMemsetAsync(dst, value, size, stream, contract_.DeviceAt(dst));
 }
 
@@ -312,7 +349,7 @@ Status Driver::CopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
   }
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(CheckAccessibleLocked(src, size));
-  Count(DriverOp::kCopyToHostAsync);
+  LOOM_RETURN_IF_ERROR(Call(DriverOp::kCopyToHostAsync));
   return DoCopyToHostAsync(dst, src, size, stream, contract_.DeviceAt(src));
 }
 

@@ -212,6 +212,18 @@ class Driver {
   Status CopyToHostAsync(void* dst, DevicePtr src, uint64_t size,
                          Stream stream);
 
+  // --- Failure injection (tests) -----------------------------------------
+  // On every backend, so that a test serves real memory (host) and still
+  // makes the driver fail. An injected failure comes after the contract
+  // check and before the backend, so it looks like a backend failure: the
+  // call is counted and changes nothing.
+  // The `nth` next call of `op` (1 = the very next) fails with `status`.
+  // REQUIRES: nth >= 1, !status.ok().
+  void InjectFailure(DriverOp op, int nth, Status status);
+  // Every call of `op` from now on fails with `status` (until cleared).
+  void FailAlways(DriverOp op, Status status);
+  void ClearFailures();
+
   // --- Introspection -----------------------------------------------------
   // Calls that reached the backend, by kind (failed ones included).
   uint64_t calls(DriverOp op) const;
@@ -270,9 +282,16 @@ class Driver {
                                    Stream stream, int device);
 
  private:
-  void Count(DriverOp op) {
+  // Counts a call of `op` that reaches the backend; an injected failure
+  // for it, if any.
+  Status Call(DriverOp op) {
     calls_[static_cast<size_t>(op)].fetch_add(1, std::memory_order_relaxed);
+    if (!injecting_.load(std::memory_order_acquire)) [[likely]] {
+      return OkStatus();
+    }
+    return InjectedFailure(op);
   }
+  Status InjectedFailure(DriverOp op);
   // Records the size of a memory call. REQUIRES: mu_ held.
   void CountSizeLocked(DriverOp op, uint64_t bytes) {
     ++sized_[static_cast<size_t>(op)][bytes];
@@ -288,6 +307,17 @@ class Driver {
   // Memory calls by kind and size (guarded by mu_).
   std::array<std::map<uint64_t, uint64_t>, kDriverOpCount> sized_;
   std::array<std::atomic<uint64_t>, kDriverOpCount> calls_{};
+
+  // Failure injection: any pending (guarded by inject_mu_, taken after mu_).
+  std::atomic<bool> injecting_{false};
+  std::mutex inject_mu_;
+  struct Injection {
+    DriverOp op;
+    int countdown;  // fails when it reaches 0
+    Status status;
+  };
+  std::vector<Injection> injections_;
+  std::array<Status, kDriverOpCount> always_;  // OK = none
 };
 
 }  // namespace loom::vmm

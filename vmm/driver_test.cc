@@ -314,6 +314,51 @@ TYPED_TEST(DriverContractTest, AddressesAreReusedAfterUnmap) {
   ASSERT_TRUE(d.Unreserve(va, g).ok());
 }
 
+// Failure injection is the base class's, so every backend (real memory
+// included) can be made to fail as a driver would.
+TYPED_TEST(DriverContractTest, InjectedFailureHitsTheNthCallOnly) {
+  Driver& d = *this->driver_;
+  const uint64_t g = this->g_;
+  d.InjectFailure(DriverOp::kCreate, 2, OutOfMemoryError("injected"));
+  StatusOr<PhysicalHandle> first = d.Create(0, g);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  StatusOr<PhysicalHandle> second = d.Create(0, g);
+  EXPECT_EQ(second.status().ToString(), "OUT_OF_MEMORY: injected");
+  StatusOr<PhysicalHandle> third = d.Create(0, g);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(d.calls(DriverOp::kCreate), 3u);  // the failed one counts too
+  EXPECT_EQ(d.contract_counts().handles, 2u);
+  EXPECT_TRUE(d.Release(*first).ok());
+  EXPECT_TRUE(d.Release(*third).ok());
+}
+
+TYPED_TEST(DriverContractTest, InjectedMapFailureLeavesNothingMapped) {
+  Driver& d = *this->driver_;
+  const uint64_t g = this->g_;
+  DevicePtr va = *d.Reserve(g);
+  PhysicalHandle h = *d.Create(0, g);
+  d.InjectFailure(DriverOp::kMap, 1, InternalError("map broke"));
+  EXPECT_EQ(d.Map(va, g, h).code(), StatusCode::kInternal);
+  EXPECT_EQ(d.contract_counts().mappings, 0u);
+  // Nothing was mapped: the same map works now, and everything can go.
+  ASSERT_TRUE(d.Map(va, g, h).ok());
+  ASSERT_TRUE(d.Unmap(va, g).ok());
+  EXPECT_TRUE(d.Release(h).ok());
+  EXPECT_TRUE(d.Unreserve(va, g).ok());
+}
+
+TYPED_TEST(DriverContractTest, FailAlwaysUntilCleared) {
+  Driver& d = *this->driver_;
+  const uint64_t g = this->g_;
+  d.FailAlways(DriverOp::kReserve, UnavailableError("gone"));
+  EXPECT_EQ(d.Reserve(g).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(d.Reserve(g).status().code(), StatusCode::kUnavailable);
+  d.ClearFailures();
+  StatusOr<DevicePtr> va = d.Reserve(g);
+  ASSERT_TRUE(va.ok()) << va.status().ToString();
+  EXPECT_TRUE(d.Unreserve(*va, g).ok());
+}
+
 TYPED_TEST(DriverContractTest, MisuseIsRejectedAndChangesNothing) {
   Driver& d = *this->driver_;
   const uint64_t g = this->g_;

@@ -5,10 +5,7 @@
 namespace loom::vmm {
 
 FakeDriver::FakeDriver(FakeDriverOptions options)
-    : options_(options),
-      injections_(kDriverOpCount),
-      always_(kDriverOpCount),
-      used_per_device_(options.device_count, 0) {
+    : options_(options), used_per_device_(options.device_count, 0) {
   LOOM_CHECK(options_.granularity > 0 && options_.granularity % 4096 == 0,
              "fake granularity {} must be a positive multiple of 4096",
              options_.granularity);
@@ -16,40 +13,6 @@ FakeDriver::FakeDriver(FakeDriverOptions options)
 }
 
 FakeDriver::~FakeDriver() = default;
-
-void FakeDriver::InjectFailure(DriverOp op, int nth, Status status) {
-  LOOM_CHECK(nth >= 1 && !status.ok());
-  std::lock_guard<std::mutex> lock(mu_);
-  injections_[static_cast<size_t>(op)].push_back({nth, std::move(status)});
-}
-
-void FakeDriver::FailAlways(DriverOp op, Status status) {
-  std::lock_guard<std::mutex> lock(mu_);
-  always_[static_cast<size_t>(op)] = std::move(status);
-}
-
-void FakeDriver::ClearFailures() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& list : injections_) list.clear();
-  for (auto& status : always_) status = OkStatus();
-}
-
-Status FakeDriver::MaybeFail(DriverOp op) {
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t index = static_cast<size_t>(op);
-  if (!always_[index].ok()) return always_[index];
-  Status result;
-  auto& list = injections_[index];
-  for (auto it = list.begin(); it != list.end();) {
-    if (--it->countdown == 0) {
-      if (result.ok()) result = it->status;
-      it = list.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  return result;
-}
 
 void FakeDriver::set_events_complete_immediately(bool value) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -88,7 +51,6 @@ StatusOr<uint64_t> FakeDriver::DoGranularity(int, Granularity) {
 }
 
 StatusOr<uint64_t> FakeDriver::DoCreate(int device, uint64_t size) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kCreate));
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t& used = used_per_device_[device];
   if (size > options_.capacity_per_device - used) {
@@ -103,7 +65,6 @@ StatusOr<uint64_t> FakeDriver::DoCreate(int device, uint64_t size) {
 }
 
 Status FakeDriver::DoRelease(uint64_t handle) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kRelease));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = handles_.find(handle);
   LOOM_CHECK(it != handles_.end());
@@ -113,7 +74,6 @@ Status FakeDriver::DoRelease(uint64_t handle) {
 }
 
 StatusOr<DevicePtr> FakeDriver::DoReserve(uint64_t size, uint64_t alignment) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kReserve));
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t ptr = (next_address_ + alignment - 1) / alignment * alignment;
   if (ptr + size < ptr || ptr + size > (uint64_t{1} << 56)) {
@@ -125,26 +85,21 @@ StatusOr<DevicePtr> FakeDriver::DoReserve(uint64_t size, uint64_t alignment) {
   return ptr;
 }
 
-Status FakeDriver::DoUnreserve(DevicePtr, uint64_t) {
-  return MaybeFail(DriverOp::kUnreserve);
-}
+Status FakeDriver::DoUnreserve(DevicePtr, uint64_t) { return OkStatus(); }
 
 Status FakeDriver::DoMap(DevicePtr, uint64_t, uint64_t, uint64_t) {
-  return MaybeFail(DriverOp::kMap);
+  return OkStatus();
 }
 
-Status FakeDriver::DoUnmap(DevicePtr, uint64_t) {
-  return MaybeFail(DriverOp::kUnmap);
-}
+Status FakeDriver::DoUnmap(DevicePtr, uint64_t) { return OkStatus(); }
 
 Status FakeDriver::DoSetAccess(DevicePtr, uint64_t, int, std::span<const int>) {
-  return MaybeFail(DriverOp::kSetAccess);
+  return OkStatus();
 }
 
 StatusOr<bool> FakeDriver::DoCanAccessPeer(int, int) { return true; }
 
 StatusOr<Stream> FakeDriver::DoCreateStream(int) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kCreateStream));
   std::lock_guard<std::mutex> lock(mu_);
   // Fake stream handles look like pointers but are never dereferenced.
   Stream stream = (uint64_t{0x5eed} << 32) + next_stream_++;
@@ -153,7 +108,6 @@ StatusOr<Stream> FakeDriver::DoCreateStream(int) {
 }
 
 Status FakeDriver::DoDestroyStream(Stream stream) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kDestroyStream));
   std::lock_guard<std::mutex> lock(mu_);
   if (streams_.erase(stream) == 0) {
     return InvalidArgumentError("destroy_stream: {:#x} was not created here",
@@ -163,7 +117,6 @@ Status FakeDriver::DoDestroyStream(Stream stream) {
 }
 
 Status FakeDriver::DoSynchronizeStream(Stream stream) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kSynchronizeStream));
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, event] : events_) {
     if (event.recorded && event.stream == stream) event.complete = true;
@@ -172,7 +125,6 @@ Status FakeDriver::DoSynchronizeStream(Stream stream) {
 }
 
 StatusOr<uint64_t> FakeDriver::DoCreateEvent(int) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kCreateEvent));
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = next_event_++;
   events_[id] = EventState{};
@@ -180,7 +132,6 @@ StatusOr<uint64_t> FakeDriver::DoCreateEvent(int) {
 }
 
 Status FakeDriver::DoDestroyEvent(uint64_t event) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kDestroyEvent));
   std::lock_guard<std::mutex> lock(mu_);
   if (events_.erase(event) == 0) {
     return InvalidArgumentError("destroy_event: {} is not a live event", event);
@@ -189,7 +140,6 @@ Status FakeDriver::DoDestroyEvent(uint64_t event) {
 }
 
 Status FakeDriver::DoRecordEvent(uint64_t event, Stream stream) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kRecordEvent));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = events_.find(event);
   if (it == events_.end()) {
@@ -200,7 +150,6 @@ Status FakeDriver::DoRecordEvent(uint64_t event, Stream stream) {
 }
 
 StatusOr<bool> FakeDriver::DoQueryEvent(uint64_t event) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kQueryEvent));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = events_.find(event);
   if (it == events_.end()) {
@@ -210,7 +159,6 @@ StatusOr<bool> FakeDriver::DoQueryEvent(uint64_t event) {
 }
 
 Status FakeDriver::DoSynchronizeEvent(uint64_t event) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kSynchronizeEvent));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = events_.find(event);
   if (it == events_.end()) {
@@ -222,7 +170,6 @@ Status FakeDriver::DoSynchronizeEvent(uint64_t event) {
 }
 
 Status FakeDriver::DoStreamWaitEvent(Stream, uint64_t event) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kStreamWaitEvent));
   std::lock_guard<std::mutex> lock(mu_);
   if (!events_.contains(event)) {
     return InvalidArgumentError("stream_wait_event: {} is not a live event",
@@ -232,7 +179,6 @@ Status FakeDriver::DoStreamWaitEvent(Stream, uint64_t event) {
 }
 
 Status FakeDriver::DoSynchronizeDevice(int) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kSynchronizeDevice));
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, event] : events_) {
     if (event.recorded) event.complete = true;
@@ -241,17 +187,14 @@ Status FakeDriver::DoSynchronizeDevice(int) {
 }
 
 Status FakeDriver::DoCopyToDevice(DevicePtr, const void*, uint64_t) {
-  return MaybeFail(DriverOp::kCopyToDevice);
+  return OkStatus();
 }
 
 Status FakeDriver::DoCopyToHost(void* dst, DevicePtr, uint64_t size) {
-  LOOM_RETURN_IF_ERROR(MaybeFail(DriverOp::kCopyToHost));
   std::memset(dst, 0, size);
   return OkStatus();
 }
 
-Status FakeDriver::DoMemset(DevicePtr, uint8_t, uint64_t) {
-  return MaybeFail(DriverOp::kMemset);
-}
+Status FakeDriver::DoMemset(DevicePtr, uint8_t, uint64_t) { return OkStatus(); }
 
 }  // namespace loom::vmm

@@ -6,9 +6,6 @@
 // On top of that the fake offers what tests need:
 //  - a configurable granularity, device count and per-device capacity
 //    (Create fails with OUT_OF_MEMORY beyond it);
-//  - failure injection: InjectFailure(op, n, status) makes the n-th next call
-//    of `op` fail with `status` (after the contract check, so the failure
-//    looks like a backend failure);
 //  - events that stay pending until CompleteEvents() when
 //    set_events_complete_immediately(false), to test stream-ordered reuse;
 //  - copies and memsets are checked against the contract but move no data
@@ -42,12 +39,6 @@ class FakeDriver final : public Driver {
 
   std::string_view name() const override { return "fake"; }
   bool holds_data() const override { return false; }
-
-  // The `nth` next call of `op` (1 = the very next) fails with `status`.
-  void InjectFailure(DriverOp op, int nth, Status status);
-  // Every call of `op` from now on fails with `status` (until cleared).
-  void FailAlways(DriverOp op, Status status);
-  void ClearFailures();
 
   // With false, recorded events stay pending until CompleteEvents() or a
   // synchronize call on their stream/event.
@@ -86,17 +77,8 @@ class FakeDriver final : public Driver {
   Status DoMemset(DevicePtr dst, uint8_t value, uint64_t size) override;
 
  private:
-  // Returns the injected failure for this call of `op`, if any.
-  Status MaybeFail(DriverOp op);
-
   const FakeDriverOptions options_;
   mutable std::mutex mu_;
-  struct Injection {
-    int countdown;  // fails when it reaches 0
-    Status status;
-  };
-  std::vector<std::vector<Injection>> injections_;  // per op
-  std::vector<Status> always_;                      // per op, OK = none
   std::vector<uint64_t> used_per_device_;
   std::unordered_map<uint64_t, std::pair<int, uint64_t>>
       handles_;  // device, size

@@ -28,41 +28,6 @@ TEST(FakeDriverTest, CapacityIsEnforcedAndReleasedBytesCanBeReused) {
   EXPECT_EQ(d.calls(DriverOp::kCreate), 3u);  // the failed one counts too
 }
 
-TEST(FakeDriverTest, InjectedFailureHitsTheNthCallOnly) {
-  FakeDriver d(SmallDevice());
-  d.InjectFailure(DriverOp::kCreate, 2, OutOfMemoryError("injected"));
-  PhysicalHandle first = *d.Create(0, kG);
-  StatusOr<PhysicalHandle> second = d.Create(0, kG);
-  EXPECT_EQ(second.status().ToString(), "OUT_OF_MEMORY: injected");
-  PhysicalHandle third = *d.Create(0, kG);
-  EXPECT_EQ(d.contract_counts().handles, 2u);
-  EXPECT_TRUE(d.Release(first).ok());
-  EXPECT_TRUE(d.Release(third).ok());
-}
-
-TEST(FakeDriverTest, FailedMapLeavesNothingBehind) {
-  FakeDriver d(SmallDevice());
-  DevicePtr va = *d.Reserve(kG);
-  PhysicalHandle h = *d.Create(0, kG);
-  d.InjectFailure(DriverOp::kMap, 1, InternalError("map broke"));
-  EXPECT_EQ(d.Map(va, kG, h).code(), StatusCode::kInternal);
-  EXPECT_EQ(d.contract_counts().mappings, 0u);
-  // Nothing is mapped, so the handle and the reservation can go.
-  EXPECT_TRUE(d.Release(h).ok());
-  EXPECT_TRUE(d.Unreserve(va, kG).ok());
-  EXPECT_EQ(d.contract_counts().handles, 0u);
-}
-
-TEST(FakeDriverTest, FailAlwaysUntilCleared) {
-  FakeDriver d(SmallDevice());
-  d.FailAlways(DriverOp::kReserve, UnavailableError("gone"));
-  EXPECT_FALSE(d.Reserve(kG).ok());
-  EXPECT_FALSE(d.Reserve(kG).ok());
-  d.ClearFailures();
-  DevicePtr va = *d.Reserve(kG);
-  EXPECT_TRUE(d.Unreserve(va, kG).ok());
-}
-
 TEST(FakeDriverTest, PendingEventsCompleteOnDemand) {
   FakeDriver d(SmallDevice());
   d.set_events_complete_immediately(false);

@@ -81,7 +81,7 @@ StatusOr<AutoReplayResult> ReplayAutoMode(const plan::Trace& trace,
                         LoomSimAllocator::Create(std::move(loom)));
   ReplayOptions replay_options;
   replay_options.check_invariants = options.check_invariants;
-  replay_options.skip_out_of_memory = options.skip_out_of_memory;
+  replay_options.skip_failed_allocations = options.skip_failed_allocations;
   replay_options.max_samples = 0;
   LOOM_ASSIGN_OR_RETURN(out.replay,
                         Replay(run.trace, *allocator, replay_options));

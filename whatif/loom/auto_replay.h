@@ -53,7 +53,8 @@ struct AutoReplayOptions {
   uint64_t capacity = 0;  // LoomSimOptions::capacity
   bool check_data = false;
   bool check_invariants = false;
-  bool skip_out_of_memory = false;  // ReplayOptions::skip_out_of_memory
+  bool skip_failed_allocations =
+      false;  // ReplayOptions::skip_failed_allocations
   // Check the plan on the recorded iterations first and decline it if it
   // loses there, as libloom does in auto mode; false: switch anyway (to
   // study what the plan does after the switch).

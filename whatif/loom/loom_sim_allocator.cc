@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "vmm/driver_factory.h"
 
@@ -48,8 +49,14 @@ StatusOr<std::unique_ptr<LoomSimAllocator>> LoomSimAllocator::Create(
     return InvalidArgumentError(
         "checking data needs the host backend (real memory)");
   }
+  if (options.driver_failure_percent < 0 ||
+      options.driver_failure_percent > 100) {
+    return InvalidArgumentError("driver failure chance {}% is not 0-100",
+                                options.driver_failure_percent);
+  }
   std::unique_ptr<LoomSimAllocator> a(new LoomSimAllocator());
   a->options_ = std::move(options);
+  a->failure_rng_.seed(a->options_.driver_failure_seed);
   vmm::DriverOptions driver_options;
   driver_options.granularity = a->options_.granularity;
   driver_options.capacity_per_device =
@@ -123,9 +130,36 @@ bool LoomSimAllocator::Verify(uint64_t address, uint64_t size, uint64_t tag) {
   return true;
 }
 
+void LoomSimAllocator::Arm() {
+  if (options_.driver_failure_percent == 0 ||
+      static_cast<int>(failure_rng_() % 100) >=
+          options_.driver_failure_percent) {
+    return;
+  }
+  static constexpr vmm::DriverOp kOps[] = {
+      vmm::DriverOp::kCreate, vmm::DriverOp::kMap, vmm::DriverOp::kSetAccess,
+      vmm::DriverOp::kUnmap, vmm::DriverOp::kRelease};
+  armed_ = kOps[failure_rng_() % std::size(kOps)];
+  armed_calls_ = driver_->calls(*armed_);
+  driver_->InjectFailure(*armed_, 1,
+                         failure_rng_() % 3 == 0
+                             ? OutOfMemoryError("injected driver failure")
+                             : InternalError("injected driver failure"));
+}
+
+void LoomSimAllocator::Disarm() {
+  if (!armed_.has_value()) return;
+  driver_->ClearFailures();
+  if (driver_->calls(*armed_) > armed_calls_) ++driver_failures_;
+  armed_.reset();
+}
+
 StatusOr<uint64_t> LoomSimAllocator::Malloc(uint64_t size, uint64_t stream) {
   if (size == 0) return InvalidArgumentError("malloc of 0 bytes");
-  LOOM_ASSIGN_OR_RETURN(vmm::DevicePtr ptr, allocator_->Allocate(size, stream));
+  Arm();
+  StatusOr<vmm::DevicePtr> allocated = allocator_->Allocate(size, stream);
+  Disarm();
+  LOOM_ASSIGN_OR_RETURN(vmm::DevicePtr ptr, std::move(allocated));
   uint64_t tag = next_tag_++;
   if (options_.check_data) Stamp(ptr, size, tag);
   live_[ptr] = Live{size, tag};
@@ -143,7 +177,10 @@ Status LoomSimAllocator::Free(uint64_t address) {
     ++corrupted_;
   }
   live_.erase(it);
-  return allocator_->Free(address);
+  Arm();
+  Status status = allocator_->Free(address);
+  Disarm();
+  return status;
 }
 
 void LoomSimAllocator::OnReplayEnd() {

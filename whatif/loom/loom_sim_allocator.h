@@ -35,6 +35,7 @@
 
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,14 @@ struct LoomSimOptions {
   bool log_plan_loss = true;
   // vmm::AllocatorOptions::stitch_idle_chunks.
   bool stitch = true;
+  // Driver failures (tests): before each Malloc and each Free, with this
+  // chance in percent, the next create, map, set-access, unmap or release
+  // the allocator makes during that call fails, as a driver would
+  // (OUT_OF_MEMORY or INTERNAL; vmm::Driver::InjectFailure), drawn from
+  // driver_failure_seed. The allocator must lose nothing: a Malloc fails
+  // or is served elsewhere, a Free still frees.
+  int driver_failure_percent = 0;
+  uint64_t driver_failure_seed = 1;
 };
 
 // The two phases of a replay with a switch: before it (unplanned, served by
@@ -105,6 +114,8 @@ class LoomSimAllocator final : public SimAllocator {
   Status CheckInvariants() const override;
 
   uint64_t corrupted() const { return corrupted_; }
+  // Injected driver failures that a call of the allocator met.
+  uint64_t driver_failures() const { return driver_failures_; }
   vmm::AllocatorStats loom_stats() const { return allocator_->stats(); }
   SwitchReport switch_report() const;
 
@@ -113,6 +124,11 @@ class LoomSimAllocator final : public SimAllocator {
   void Stamp(uint64_t address, uint64_t size, uint64_t tag);
   bool Verify(uint64_t address, uint64_t size, uint64_t tag);
   uint64_t DriverCallTotal() const;
+  // With driver_failure_percent: arms a failure of the next call of one
+  // memory operation (drawn) for one allocator call; Disarm clears it and
+  // counts it if a call met it.
+  void Arm();
+  void Disarm();
   // Installs switch_plan (the boundary before iteration switch_at begins).
   void Switch();
   // With a switch: after a request, notes what the memory serves when the
@@ -131,6 +147,10 @@ class LoomSimAllocator final : public SimAllocator {
   uint64_t next_tag_ = 1;
   uint64_t corrupted_ = 0;
   bool verified_live_ = false;  // OnReplayEnd ran
+  std::mt19937_64 failure_rng_;
+  std::optional<vmm::DriverOp> armed_;  // the operation Arm made fail
+  uint64_t armed_calls_ = 0;            // its calls when armed
+  uint64_t driver_failures_ = 0;
   uint64_t calls_at_iteration_begin_ = 0;
   bool in_iteration_ = false;
   int64_t steady_driver_calls_ = -1;  // -1: no complete iteration yet

@@ -156,6 +156,10 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
         StatusOr<uint64_t> address = allocator.Malloc(e.size, e.stream);
         if (!address.ok()) {
           if (address.status().code() != StatusCode::kOutOfMemory) {
+            if (options.skip_failed_allocations) {
+              ++result.other_failures;
+              break;
+            }
             return InternalError("event {}: {} failed to allocate {} bytes: {}",
                                  t, result.allocator, e.size,
                                  address.status().ToString());
@@ -213,7 +217,7 @@ StatusOr<ReplayResult> Replay(const plan::Trace& trace, SimAllocator& allocator,
         allocator.OnMarker(e);
         break;
     }
-    if (result.oom && !options.skip_out_of_memory) break;
+    if (result.oom && !options.skip_failed_allocations) break;
     ++result.events;
     const MemoryStats& stats = allocator.stats();
     uint64_t allocated = stats.allocated_bytes.all().current;

@@ -10,11 +10,12 @@
 //
 // An allocation that fails with OUT_OF_MEMORY ends the replay (a training
 // run would die there): the result says so and holds the numbers up to that
-// event. With skip_out_of_memory the replay goes on instead, as a program
-// does that catches torch.OutOfMemoryError and moves on (a batch-size
-// search, a skipped batch): the failed request is dropped, its free too,
-// and the allocator must serve the rest of the trace from the state the
-// failure left.
+// event; any other failure is an error of the replay. With
+// skip_failed_allocations the replay goes on instead, as a program does
+// that catches torch.OutOfMemoryError (or the RuntimeError of a driver
+// failure) and moves on (a batch-size search, a skipped batch): the failed
+// request is dropped, its free too, and the allocator must serve the rest
+// of the trace from the state the failure left.
 //
 // With check_invariants, after every event the harness also checks on its
 // own that live allocations do not overlap and lie inside the allocator's
@@ -39,9 +40,9 @@ struct ReplayOptions {
   bool check_invariants = false;  // expensive: tests and --check
   // Device whose events are replayed; -1 accepts only single-device traces.
   int device = -1;
-  // Out of memory: drop the request (and its free) and go on, rather than
-  // end the replay.
-  bool skip_out_of_memory = false;
+  // An allocation that fails (out of memory or otherwise): drop the
+  // request (and its free) and go on, rather than end the replay.
+  bool skip_failed_allocations = false;
 };
 
 struct MemorySample {
@@ -76,8 +77,9 @@ struct ReplayResult {
   bool oom = false;
   uint64_t oom_event = 0;  // index of the first alloc event that failed
   std::string oom_message;
-  uint64_t ooms = 0;  // allocations that failed (1 at most unless skipped)
-  MemoryStats stats;  // at the end of the replay
+  uint64_t ooms = 0;  // allocations out of memory (1 at most unless skipped)
+  uint64_t other_failures = 0;  // failed otherwise (skipped)
+  MemoryStats stats;            // at the end of the replay
   DriverCalls driver_calls;
   // The calls made before the last complete iteration (iteration-begin to
   // its iteration-end marker) began, and during it: warm-up and steady

@@ -180,8 +180,9 @@ TEST(ReplayTest, SkippingOutOfMemoryDropsTheRequestAndGoesOn) {
   trace.AddAlloc(4, 20);             // fits after the failure
   trace.AddFree(4);
   BumpAllocator allocator(420);
-  auto result = Replay(trace, allocator,
-                       {.check_invariants = true, .skip_out_of_memory = true});
+  auto result =
+      Replay(trace, allocator,
+             {.check_invariants = true, .skip_failed_allocations = true});
   // The failed request's free is dropped too: the bump allocator rejects a
   // free it never served, which would fail the replay.
   ASSERT_TRUE(result.ok()) << result.status().ToString();
