@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <random>
 #include <vector>
@@ -217,12 +218,21 @@ class RandomRun {
   }
 
   std::optional<Live> Alloc(uint64_t size, Stream stream) {
-    if (fake_ != nullptr && Chance(3)) {
-      fake_->InjectFailure(Chance(50) ? DriverOp::kCreate : DriverOp::kMap, 1,
-                           InternalError("injected"));
+    if (Chance(3)) {
+      // A driver failure (any backend: on the host one, memory handed out
+      // without access would fault at the memset below). Sometimes the
+      // unmap that undoes what the request mapped fails too.
+      static constexpr DriverOp kOps[] = {DriverOp::kCreate, DriverOp::kMap,
+                                          DriverOp::kSetAccess,
+                                          DriverOp::kUnmap};
+      driver_->InjectFailure(kOps[rng_() % std::size(kOps)], 1,
+                             InternalError("injected"));
+      if (Chance(30)) {
+        driver_->InjectFailure(DriverOp::kUnmap, 1, InternalError("injected"));
+      }
     }
     StatusOr<DevicePtr> p = allocator_->Allocate(size, stream);
-    if (fake_ != nullptr) fake_->ClearFailures();
+    driver_->ClearFailures();
     if (!p.ok()) {
       EXPECT_TRUE(p.status().code() == StatusCode::kOutOfMemory ||
                   p.status().code() == StatusCode::kInternal)

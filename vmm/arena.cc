@@ -142,6 +142,13 @@ Status Arena::UnmapMapping(uint64_t head) {
   LOOM_RETURN_IF_ERROR(
       driver_.Unmap(base_ + head * granularity_, length * granularity_));
   ++unmaps_;
+  ForgetMapping(head);
+  return OkStatus();
+}
+
+void Arena::ForgetMapping(uint64_t head) {
+  auto it = mappings_.find(head);
+  const uint64_t length = it->second;
   const PageId chunk = granule_page_[head];
   mappings_.erase(it);
   // Another mapping of the chunk, if it is stitched at several places.
@@ -164,7 +171,6 @@ Status Arena::UnmapMapping(uint64_t head) {
     granule_page_[k] = kNoPage;
   }
   mapped_granules_ -= length;
-  return OkStatus();
 }
 
 bool Arena::MappingIdle(uint64_t head, uint64_t length) const {
@@ -185,10 +191,26 @@ bool Arena::PlaceIdle(uint64_t head, uint64_t length) const {
 void Arena::UnmapFresh(const std::vector<uint64_t>& heads) {
   for (uint64_t head : heads) {
     Status undo = UnmapMapping(head);
-    if (!undo.ok()) {
-      fmt::print(stderr, "loom: undoing a mapping failed: {}\n",
+    if (undo.ok()) continue;
+    // The mapping stays (UnmapMapping changed nothing): with access it is
+    // an idle mapping like any other.
+    const uint64_t length = mappings_.at(head);
+    Status access =
+        driver_.SetAccess(base_ + head * granularity_, length * granularity_,
+                          device_, pool_.peers());
+    if (access.ok()) {
+      fmt::print(stderr, "loom: undoing a mapping failed: {}; it stays\n",
                  undo.ToString());
+      continue;
     }
+    // Neither: forgotten, so that it is never handed out. Its granules
+    // look unmapped, and the driver refuses a mapping over them: they
+    // serve nothing again (a leak, not a fault).
+    fmt::print(stderr,
+               "loom: undoing a mapping failed: {}; granting it access "
+               "failed: {}; granules {}..{} are given up\n",
+               undo.ToString(), access.ToString(), head, head + length - 1);
+    ForgetMapping(head);
   }
 }
 

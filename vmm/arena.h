@@ -216,8 +216,13 @@ class Arena {
   bool PlaceIdle(uint64_t head, uint64_t length) const;
   // Its place serves nothing while its pages serve at another place.
   bool BusyElsewhere(uint64_t head, uint64_t length) const;
-  // Unmaps mappings made by the Allocate in progress (on its failure).
+  // Unmaps mappings made by the Allocate in progress (on its failure). A
+  // mapping whose unmap fails stays, made accessible: an idle mapping like
+  // any other, never one without access (if access fails too, it is
+  // forgotten: never handed out, a leak).
   void UnmapFresh(const std::vector<uint64_t>& heads);
+  // The bookkeeping of an unmap of the mapping at `head`.
+  void ForgetMapping(uint64_t head);
 
   Driver& driver_;
   PagePool& pool_;

@@ -177,6 +177,54 @@ TEST_F(ArenaFixture, AFailedSetAccessLeavesNoMappingBehind) {
   arena->CheckInvariants();
 }
 
+TEST_F(ArenaFixture, AnUndoThatCannotUnmapLeavesAnAccessibleIdleMapping) {
+  DevicePtr x = *arena->Allocate(kG, 0, -1, policy);
+  driver.InjectFailure(DriverOp::kSetAccess, 1, InternalError("injected"));
+  driver.InjectFailure(DriverOp::kUnmap, 1, InternalError("injected"));
+  EXPECT_EQ(arena->Allocate(3 * kG, 0, -1, policy).status().code(),
+            StatusCode::kInternal);
+  // The first granule mapped for it could not be unmapped: it stays, with
+  // access, idle; the two others went.
+  EXPECT_EQ(arena->mapped_granules(), 2u);
+  EXPECT_EQ(driver.contract_counts().mappings, 2u);
+  EXPECT_TRUE(driver.Memset(x + kG, 0, kG).ok()) << "kept without access";
+  EXPECT_EQ(arena->live_bytes(), kG);
+  arena->CheckInvariants();
+  // It serves the next try, which maps only the two granules missing.
+  const uint64_t maps = driver.calls(DriverOp::kMap);
+  DevicePtr y = *arena->Allocate(3 * kG, 0, -1, policy);
+  EXPECT_EQ(y, x + kG);
+  EXPECT_EQ(driver.calls(DriverOp::kMap), maps + 2);
+  EXPECT_TRUE(driver.Memset(y, 0, 3 * kG).ok());
+  arena->Free(x, kG, FreeTag{});
+  arena->Free(y, 3 * kG, FreeTag{});
+  arena->CheckInvariants();
+}
+
+TEST_F(ArenaFixture, AMappingThatCanBeNeitherUndoneNorMadeAccessibleIsGivenUp) {
+  DevicePtr x = *arena->Allocate(kG, 0, -1, policy);
+  driver.InjectFailure(DriverOp::kSetAccess, 1, InternalError("injected"));
+  driver.InjectFailure(DriverOp::kSetAccess, 2, InternalError("injected"));
+  driver.InjectFailure(DriverOp::kUnmap, 1, InternalError("injected"));
+  EXPECT_EQ(arena->Allocate(3 * kG, 0, -1, policy).status().code(),
+            StatusCode::kInternal);
+  // The arena forgot it (the driver still has it): never handed out.
+  EXPECT_EQ(arena->mapped_granules(), 1u);
+  EXPECT_EQ(driver.contract_counts().mappings, 2u);
+  arena->CheckInvariants();
+  // A placement over it fails (the driver refuses a mapping over a
+  // mapping) rather than hand out memory without access.
+  StatusOr<DevicePtr> y = arena->Allocate(3 * kG, 0, -1, policy);
+  if (y.ok()) {
+    EXPECT_TRUE(driver.Memset(*y, 0, 3 * kG).ok());
+    arena->Free(*y, 3 * kG, FreeTag{});
+  }
+  arena->Free(x, kG, FreeTag{});
+  arena->CheckInvariants();
+  // What the arena gave up is unmapped here, so the fixture ends clean.
+  ASSERT_TRUE(driver.Unmap(x + kG, kG).ok());
+}
+
 TEST_F(ArenaFixture, AFailedMapUndoesTheGranulesMappedBeforeIt) {
   driver.InjectFailure(DriverOp::kMap, 3, InternalError("injected"));
   EXPECT_EQ(arena->Allocate(4 * kG, 0, -1, policy).status().code(),

@@ -74,8 +74,24 @@ void StaticRegion::Unback(
     Status undo =
         driver_.Unmap(base_ + first * granularity_, count * granularity_);
     if (!undo.ok()) {
-      fmt::print(stderr, "loom: undoing a static mapping failed: {}\n",
-                 undo.ToString());
+      // The mapping stays: with access, its granules are backed ahead of
+      // use, as Back leaves granules past a request.
+      Status access =
+          driver_.SetAccess(base_ + first * granularity_, count * granularity_,
+                            device_, pool_.peers());
+      if (access.ok()) {
+        fmt::print(stderr,
+                   "loom: undoing a static mapping failed: {}; it stays\n",
+                   undo.ToString());
+        continue;
+      }
+      // Neither: forgotten below, so that it is never handed out. Its
+      // granules look unbacked, and the driver refuses a mapping over
+      // them: they serve nothing again (a leak, not a fault).
+      fmt::print(stderr,
+                 "loom: undoing a static mapping failed: {}; granting it "
+                 "access failed: {}; granules {}..{} are given up\n",
+                 undo.ToString(), access.ToString(), first, first + count - 1);
     }
     for (uint32_t k = first; k < first + count; ++k) {
       Page& page = pool_.page(granules_[k].page);

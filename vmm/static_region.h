@@ -140,7 +140,10 @@ class StaticRegion {
   StaticRegion(Driver& driver, PagePool& pool, int device, DevicePtr base,
                uint64_t granularity);
   // Unmaps the mappings made by Back, (first granule, pages) each (its
-  // undo).
+  // undo). A mapping whose unmap fails stays backed, made accessible (as
+  // granules backed ahead are), so that no mapping without access is ever
+  // handed out (if access fails too, it is forgotten: never handed out, a
+  // leak).
   void Unback(const std::vector<std::pair<uint32_t, uint32_t>>& runs);
 
   Driver& driver_;

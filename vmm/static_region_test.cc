@@ -231,6 +231,25 @@ TEST_F(StaticRegionTest, AFailedBackingMapsNothing) {
   FixedSource b(pool_, pages);
   EXPECT_EQ(attempt(b).code(), StatusCode::kInternal);
   nothing_mapped();
+  // Access cannot be granted, and the undo cannot unmap the first page:
+  // it stays backed, with access (backed ahead of use), the rest goes.
+  driver_.InjectFailure(DriverOp::kSetAccess, 1, InternalError("injected"));
+  driver_.InjectFailure(DriverOp::kUnmap, 1, InternalError("injected"));
+  FixedSource kept(pool_, pages);
+  EXPECT_EQ(attempt(kept).code(), StatusCode::kInternal);
+  EXPECT_EQ(region_->backed_bytes(), kG);
+  EXPECT_EQ(driver_.contract_counts().mappings, 1u);
+  EXPECT_TRUE(driver_.Memset(region_->base(), 0, kG).ok());
+  EXPECT_EQ(pool_.page(pages[0]).static_granule, 0u);
+  region_->CheckInvariants();
+  // The next try maps the three others only.
+  const uint64_t maps = driver_.calls(DriverOp::kMap);
+  FixedSource again(pool_, {pages[1], pages[2], pages[3]});
+  EXPECT_TRUE(attempt(again).ok());
+  EXPECT_EQ(driver_.calls(DriverOp::kMap), maps + 3);
+  EXPECT_EQ(region_->backed_bytes(), 4 * kG);
+  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, kRegion)).value();
+  nothing_mapped();
   // The source runs dry after two pages.
   FixedSource c(pool_, {pages[0], pages[1]});
   EXPECT_EQ(attempt(c).code(), StatusCode::kOutOfMemory);
