@@ -145,6 +145,12 @@ void LoomSimAllocator::Arm() {
                          failure_rng_() % 3 == 0
                              ? OutOfMemoryError("injected driver failure")
                              : InternalError("injected driver failure"));
+  // Sometimes the unmap that would undo what the failed call mapped fails
+  // too.
+  if (*armed_ != vmm::DriverOp::kUnmap && failure_rng_() % 4 == 0) {
+    driver_->InjectFailure(vmm::DriverOp::kUnmap, 1,
+                           InternalError("injected driver failure"));
+  }
 }
 
 void LoomSimAllocator::Disarm() {

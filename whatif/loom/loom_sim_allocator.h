@@ -69,7 +69,8 @@ struct LoomSimOptions {
   // Driver failures (tests): before each Malloc and each Free, with this
   // chance in percent, the next create, map, set-access, unmap or release
   // the allocator makes during that call fails, as a driver would
-  // (OUT_OF_MEMORY or INTERNAL; vmm::Driver::InjectFailure), drawn from
+  // (OUT_OF_MEMORY or INTERNAL; vmm::Driver::InjectFailure), sometimes
+  // with the next unmap too (an undo that fails), drawn from
   // driver_failure_seed. The allocator must lose nothing: a Malloc fails
   // or is served elsewhere, a Free still frees.
   int driver_failure_percent = 0;
