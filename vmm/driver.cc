@@ -101,8 +101,7 @@ StatusOr<PhysicalHandle> Driver::Create(int device, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_ASSIGN_OR_RETURN(uint64_t granularity, MinimumGranularityLocked(device));
   LOOM_RETURN_IF_ERROR(contract_.CheckCreate(device, size, granularity));
-  LOOM_RETURN_IF_ERROR(Call(DriverOp::kCreate));
-  CountSizeLocked(DriverOp::kCreate, size);
+  LOOM_RETURN_IF_ERROR(SizedCallLocked(DriverOp::kCreate, size));
   LOOM_ASSIGN_OR_RETURN(uint64_t handle, DoCreate(device, size));
   contract_.OnCreate(handle, device, size);
   return PhysicalHandle{handle};
@@ -111,8 +110,8 @@ StatusOr<PhysicalHandle> Driver::Create(int device, uint64_t size) {
 Status Driver::Release(PhysicalHandle handle) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(contract_.CheckRelease(handle.value));
-  LOOM_RETURN_IF_ERROR(Call(DriverOp::kRelease));
-  CountSizeLocked(DriverOp::kRelease, contract_.HandleSize(handle.value));
+  LOOM_RETURN_IF_ERROR(
+      SizedCallLocked(DriverOp::kRelease, contract_.HandleSize(handle.value)));
   LOOM_RETURN_IF_ERROR(DoRelease(handle.value));
   contract_.OnRelease(handle.value);
   return OkStatus();
@@ -123,8 +122,7 @@ StatusOr<DevicePtr> Driver::Reserve(uint64_t size, uint64_t alignment) {
   // Address space is shared by all devices; device 0's granularity rules it.
   LOOM_ASSIGN_OR_RETURN(uint64_t granularity, MinimumGranularityLocked(0));
   LOOM_RETURN_IF_ERROR(contract_.CheckReserve(size, alignment, granularity));
-  LOOM_RETURN_IF_ERROR(Call(DriverOp::kReserve));
-  CountSizeLocked(DriverOp::kReserve, size);
+  LOOM_RETURN_IF_ERROR(SizedCallLocked(DriverOp::kReserve, size));
   LOOM_ASSIGN_OR_RETURN(
       DevicePtr ptr, DoReserve(size, alignment == 0 ? granularity : alignment));
   contract_.OnReserve(ptr, size);
@@ -134,8 +132,7 @@ StatusOr<DevicePtr> Driver::Reserve(uint64_t size, uint64_t alignment) {
 Status Driver::Unreserve(DevicePtr ptr, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(contract_.CheckUnreserve(ptr, size));
-  LOOM_RETURN_IF_ERROR(Call(DriverOp::kUnreserve));
-  CountSizeLocked(DriverOp::kUnreserve, size);
+  LOOM_RETURN_IF_ERROR(SizedCallLocked(DriverOp::kUnreserve, size));
   LOOM_RETURN_IF_ERROR(DoUnreserve(ptr, size));
   contract_.OnUnreserve(ptr);
   return OkStatus();
@@ -147,8 +144,7 @@ Status Driver::Map(DevicePtr ptr, uint64_t size, PhysicalHandle handle,
   LOOM_ASSIGN_OR_RETURN(uint64_t granularity, MinimumGranularityLocked(0));
   LOOM_RETURN_IF_ERROR(
       contract_.CheckMap(ptr, size, handle.value, offset, granularity));
-  LOOM_RETURN_IF_ERROR(Call(DriverOp::kMap));
-  CountSizeLocked(DriverOp::kMap, size);
+  LOOM_RETURN_IF_ERROR(SizedCallLocked(DriverOp::kMap, size));
   LOOM_RETURN_IF_ERROR(DoMap(ptr, size, handle.value, offset));
   contract_.OnMap(ptr, size, handle.value, offset);
   return OkStatus();
@@ -157,8 +153,7 @@ Status Driver::Map(DevicePtr ptr, uint64_t size, PhysicalHandle handle,
 Status Driver::Unmap(DevicePtr ptr, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_RETURN_IF_ERROR(contract_.CheckUnmap(ptr, size));
-  LOOM_RETURN_IF_ERROR(Call(DriverOp::kUnmap));
-  CountSizeLocked(DriverOp::kUnmap, size);
+  LOOM_RETURN_IF_ERROR(SizedCallLocked(DriverOp::kUnmap, size));
   LOOM_RETURN_IF_ERROR(DoUnmap(ptr, size));
   contract_.OnUnmap(ptr, size);
   return OkStatus();
@@ -172,8 +167,7 @@ Status Driver::SetAccess(DevicePtr ptr, uint64_t size, int device,
     LOOM_RETURN_IF_ERROR(MinimumGranularityLocked(peer).status());
   }
   LOOM_RETURN_IF_ERROR(contract_.CheckWholeMappings(ptr, size, "set_access"));
-  LOOM_RETURN_IF_ERROR(Call(DriverOp::kSetAccess));
-  CountSizeLocked(DriverOp::kSetAccess, size);
+  LOOM_RETURN_IF_ERROR(SizedCallLocked(DriverOp::kSetAccess, size));
   LOOM_RETURN_IF_ERROR(DoSetAccess(ptr, size, device, peers));
   contract_.OnSetAccess(ptr, size);
   return OkStatus();

@@ -291,11 +291,13 @@ class Driver {
     }
     return InjectedFailure(op);
   }
-  Status InjectedFailure(DriverOp op);
-  // Records the size of a memory call. REQUIRES: mu_ held.
-  void CountSizeLocked(DriverOp op, uint64_t bytes) {
+  // The same for a memory call, also counted by the bytes it covers.
+  // REQUIRES: mu_ held.
+  Status SizedCallLocked(DriverOp op, uint64_t bytes) {
     ++sized_[static_cast<size_t>(op)][bytes];
+    return Call(op);
   }
+  Status InjectedFailure(DriverOp op);
   // Minimum granularity of `device`, cached. REQUIRES: mu_ held.
   StatusOr<uint64_t> MinimumGranularityLocked(int device);
   // Checks that a device range is mapped and accessible. REQUIRES: mu_ held.

@@ -327,6 +327,7 @@ TYPED_TEST(DriverContractTest, InjectedFailureHitsTheNthCallOnly) {
   StatusOr<PhysicalHandle> third = d.Create(0, g);
   ASSERT_TRUE(third.ok()) << third.status().ToString();
   EXPECT_EQ(d.calls(DriverOp::kCreate), 3u);  // the failed one counts too
+  EXPECT_EQ(d.sized_calls(DriverOp::kCreate).at(g), 3u);
   EXPECT_EQ(d.contract_counts().handles, 2u);
   EXPECT_TRUE(d.Release(*first).ok());
   EXPECT_TRUE(d.Release(*third).ok());
