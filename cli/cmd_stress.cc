@@ -13,7 +13,8 @@ namespace loom::cli {
 int RunStress(const Args& args) {
   stress::StressOptions o;
   int64_t seed = 1, streams = o.streams, threads = o.threads,
-          devices = o.devices, ops = 0, delay = o.max_delay_us;
+          devices = o.devices, ops = 0, delay = o.max_delay_us,
+          driver_failures = 0;
   uint64_t cap = o.cap_bytes, granularity = o.granularity,
            max_request = o.max_request;
   bool json = false, plan = o.plan, graphs = o.graphs;
@@ -45,6 +46,9 @@ int RunStress(const Args& args) {
                "longest kernel delay, async backend (default 300)");
   flags.AddBool("plan", &plan, "install a plan mid-run (default on)");
   flags.AddBool("graphs", &graphs, "graph-capture regions (default on)");
+  flags.AddInt("driver-failures", &driver_failures,
+               "percent of allocations before which one of the next memory "
+               "calls fails, as a driver would (default 0)");
   flags.AddBool("json", &json, "print JSON");
   if (std::optional<int> exit = flags.Parse(args)) return *exit;
   o.seed = static_cast<uint64_t>(seed);
@@ -58,6 +62,12 @@ int RunStress(const Args& args) {
   o.max_request = max_request;
   o.plan = plan;
   o.graphs = graphs;
+  if (driver_failures < 0 || driver_failures > 100) {
+    std::fprintf(stderr, "loom stress: --driver-failures %lld is not 0-100\n",
+                 static_cast<long long>(driver_failures));
+    return 2;
+  }
+  o.driver_failure_percent = static_cast<int>(driver_failures);
   StatusOr<stress::StressReport> report = stress::RunStress(o);
   if (!report.ok()) {
     std::fprintf(stderr, "loom stress: %s\n",
@@ -71,7 +81,8 @@ int RunStress(const Args& args) {
     std::printf(
         "%s backend, seed %llu, %.1f s, pages of %llu KiB, cap %llu MiB: "
         "%llu ops, %llu kernels, %llu cross-stream uses, %llu empty_cache, "
-        "%llu OOM, %llu plans (%llu hits), %llu graphs (%llu replays)\n",
+        "%llu OOM, %llu plans (%llu hits), %llu graphs (%llu replays), "
+        "%llu driver failures\n",
         o.backend.c_str(), static_cast<unsigned long long>(o.seed), r.seconds,
         static_cast<unsigned long long>(r.granularity >> 10),
         static_cast<unsigned long long>(r.cap_bytes >> 20),
@@ -83,7 +94,8 @@ int RunStress(const Args& args) {
         static_cast<unsigned long long>(r.plans_installed),
         static_cast<unsigned long long>(r.plan_hits),
         static_cast<unsigned long long>(r.graph_captures),
-        static_cast<unsigned long long>(r.graph_replays));
+        static_cast<unsigned long long>(r.graph_replays),
+        static_cast<unsigned long long>(r.driver_failures));
     std::printf("faults %llu, corrupted %llu, invariant failures %llu: %s\n",
                 static_cast<unsigned long long>(r.faults),
                 static_cast<unsigned long long>(r.corrupted),

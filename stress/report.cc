@@ -34,6 +34,8 @@ std::string StressReport::ToJson(const StressOptions& options) const {
   w.Key("empty_caches").Uint(empty_caches);
   w.Key("ooms").Uint(ooms);
   w.Key("oom_retries").Uint(oom_retries);
+  w.Key("driver_failure_percent").Int(options.driver_failure_percent);
+  w.Key("driver_failures").Uint(driver_failures);
   w.Key("plans_installed").Uint(plans_installed);
   w.Key("plan_hits").Uint(plan_hits);
   w.Key("plan_misses").Uint(plan_misses);

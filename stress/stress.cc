@@ -2,9 +2,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string_view>
 #include <thread>
 
 #include "autoplan/replanner.h"
@@ -23,6 +25,8 @@ using vmm::DevicePtr;
 using vmm::Stream;
 
 constexpr size_t kMaxFailureTexts = 20;
+// The text of an injected driver failure (StressOptions).
+constexpr std::string_view kInjected = "injected driver failure";
 constexpr int kCheckEvery = 64;
 
 // A buffer the program holds (or a graph's, until its pool is released).
@@ -105,6 +109,8 @@ class Harness {
   void Disown(const Buffer& b);
 
   void Failure(std::atomic<uint64_t>& counter, std::string what);
+  // Makes one of the next few memory calls fail (StressOptions).
+  void InjectDriverFailure(ThreadState& t);
   uint64_t Random(ThreadState& t, uint64_t n) { return t.rng() % n; }
   // Log-uniform from 512 B to max_request, odd sizes included.
   uint64_t RandomSize(ThreadState& t) {
@@ -140,7 +146,7 @@ class Harness {
 
   std::atomic<uint64_t> allocs_{0}, frees_{0}, cross_{0}, waits_{0},
       empty_caches_{0}, ooms_{0}, plans_{0}, captures_{0}, replays_{0},
-      corrupted_{0}, invariant_failures_{0}, faults_{0};
+      corrupted_{0}, invariant_failures_{0}, faults_{0}, driver_failures_{0};
 };
 
 Status Harness::Init() {
@@ -304,12 +310,21 @@ void Harness::Allocate(ThreadState& t, int device, Stream stream,
     size = RandomSize(t);
   }
   vmm::Allocator& a = *allocators_[device];
+  if (options_.driver_failure_percent > 0 &&
+      static_cast<int>(Random(t, 100)) < options_.driver_failure_percent) {
+    InjectDriverFailure(t);
+  }
   StatusOr<DevicePtr> ptr = a.Allocate(size, stream);
   ++allocs_;
   if (!ptr.ok()) {
     if (ptr.status().code() == StatusCode::kOutOfMemory) {
       ++ooms_;
       if (!t.live.empty()) Free(t, Random(t, t.live.size()));
+      return;
+    }
+    if (options_.driver_failure_percent > 0 &&
+        ptr.status().message().find(kInjected) != std::string_view::npos) {
+      ++driver_failures_;  // the program catches it and goes on
       return;
     }
     Failure(invariant_failures_,
@@ -335,6 +350,15 @@ void Harness::Allocate(ThreadState& t, int device, Stream stream,
   Produce(stream, b);
   *out = b;
   *made = true;
+}
+
+void Harness::InjectDriverFailure(ThreadState& t) {
+  static constexpr vmm::DriverOp kOps[] = {
+      vmm::DriverOp::kCreate, vmm::DriverOp::kMap, vmm::DriverOp::kSetAccess,
+      vmm::DriverOp::kUnmap, vmm::DriverOp::kRelease};
+  driver_.InjectFailure(kOps[Random(t, std::size(kOps))],
+                        1 + static_cast<int>(Random(t, 4)),
+                        InternalError("{}", kInjected));
 }
 
 void Harness::Free(ThreadState& t, size_t which) {
@@ -497,6 +521,7 @@ void Harness::Failure(std::atomic<uint64_t>& counter, std::string what) {
 }
 
 StressReport Harness::Finish() {
+  driver_.ClearFailures();  // the program is over: teardown does not fail
   kernels_->Drain();
   for (auto& a : allocators_) {
     a->CheckInvariants();
@@ -511,6 +536,7 @@ StressReport Harness::Finish() {
   r.event_waits = waits_;
   r.empty_caches = empty_caches_;
   r.ooms = ooms_;
+  r.driver_failures = driver_failures_;
   r.plans_installed = plans_;
   for (const auto& replanner : replanners_) {
     r.replans += replanner->stats().replans;
@@ -571,6 +597,11 @@ StatusOr<StressReport> RunStress(const StressOptions& options) {
   }
   if (options.max_request < 1024 || options.granularity == 0) {
     return InvalidArgumentError("stress: max request below 1 KiB");
+  }
+  if (options.driver_failure_percent < 0 ||
+      options.driver_failure_percent > 100) {
+    return InvalidArgumentError("stress: driver failures {}% is not 0-100",
+                                options.driver_failure_percent);
   }
   vmm::DriverOptions driver_options;
   driver_options.granularity = options.granularity;

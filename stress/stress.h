@@ -49,6 +49,11 @@ struct StressOptions {
   int max_delay_us = 300;  // a kernel waits up to this long before running
   bool plan = true;        // install a plan mid-run
   bool graphs = true;      // graph-capture regions
+  // Driver failures: before this share (percent) of allocations, one of
+  // the next few memory calls (create, map, set-access, unmap, release),
+  // on whichever thread makes it, fails as a driver would
+  // (vmm::Driver::InjectFailure). What it fails must lose nothing.
+  int driver_failure_percent = 0;
 };
 
 struct StressReport {
@@ -60,8 +65,9 @@ struct StressReport {
   uint64_t cross_stream_uses = 0;
   uint64_t event_waits = 0;
   uint64_t empty_caches = 0;
-  uint64_t ooms = 0;         // requests refused for lack of memory
-  uint64_t oom_retries = 0;  // requests that emptied the cache and retried
+  uint64_t ooms = 0;             // requests refused for lack of memory
+  uint64_t oom_retries = 0;      // requests that emptied the cache and retried
+  uint64_t driver_failures = 0;  // requests an injected failure failed
   uint64_t plans_installed = 0;
   uint64_t plan_hits = 0;
   uint64_t plan_misses = 0;       // routed requests not served by the plan

@@ -142,13 +142,7 @@ Status Arena::UnmapMapping(uint64_t head) {
   LOOM_RETURN_IF_ERROR(
       driver_.Unmap(base_ + head * granularity_, length * granularity_));
   ++unmaps_;
-  ForgetMapping(head);
-  return OkStatus();
-}
-
-void Arena::ForgetMapping(uint64_t head) {
-  auto it = mappings_.find(head);
-  const uint64_t length = it->second;
+  without_access_.erase(head);
   const PageId chunk = granule_page_[head];
   mappings_.erase(it);
   // Another mapping of the chunk, if it is stitched at several places.
@@ -171,6 +165,7 @@ void Arena::ForgetMapping(uint64_t head) {
     granule_page_[k] = kNoPage;
   }
   mapped_granules_ -= length;
+  return OkStatus();
 }
 
 bool Arena::MappingIdle(uint64_t head, uint64_t length) const {
@@ -203,15 +198,31 @@ void Arena::UnmapFresh(const std::vector<uint64_t>& heads) {
                  undo.ToString());
       continue;
     }
-    // Neither: forgotten, so that it is never handed out. Its granules
-    // look unmapped, and the driver refuses a mapping over them: they
-    // serve nothing again (a leak, not a fault).
+    // Neither: it stays without access, noted, and the next placement
+    // over it grants access first (or fails), so that it is never handed
+    // out without.
     fmt::print(stderr,
                "loom: undoing a mapping failed: {}; granting it access "
-               "failed: {}; granules {}..{} are given up\n",
+               "failed: {}; granules {}..{} stay mapped without access\n",
                undo.ToString(), access.ToString(), head, head + length - 1);
-    ForgetMapping(head);
+    without_access_.insert(head);
   }
+}
+
+Status Arena::GrantAccess(uint64_t first, uint64_t last) {
+  for (auto it = without_access_.begin(); it != without_access_.end();) {
+    const uint64_t head = *it;
+    const uint64_t length = mappings_.at(head);
+    if (head > last || head + length <= first) {
+      ++it;
+      continue;
+    }
+    LOOM_RETURN_IF_ERROR(driver_.SetAccess(base_ + head * granularity_,
+                                           length * granularity_, device_,
+                                           pool_.peers()));
+    it = without_access_.erase(it);
+  }
+  return OkStatus();
 }
 
 Arena::Candidate Arena::BestFit(uint64_t size, Stream stream, int64_t until,
@@ -306,6 +317,9 @@ StatusOr<DevicePtr> Arena::Allocate(uint64_t size, Stream stream, int64_t until,
     placed = driver_.SetAccess(base_ + fresh.front() * granularity_,
                                (fresh_end - fresh.front()) * granularity_,
                                device_, pool_.peers());
+  }
+  if (placed.ok() && !without_access_.empty()) [[unlikely]] {
+    placed = GrantAccess(first, last);
   }
   placing_first_ = placing_last_ = kNoPlace;
   if (!placed.ok()) {
@@ -488,6 +502,10 @@ std::vector<std::pair<DevicePtr, uint64_t>> Arena::MappedRanges() const {
 void Arena::CheckInvariants() const {
   const uint64_t free_bytes = free_.CheckInvariants(va_bytes_, "arena");
   LOOM_CHECK_EQ(free_bytes + live_bytes_, va_bytes_);
+  for (uint64_t head : without_access_) {
+    LOOM_CHECK(mappings_.contains(head),
+               "granule {} noted without access is not a mapping's head", head);
+  }
   std::map<PageId, uint32_t> mappings_of;  // of the pages mapped twice
   uint64_t mapped = 0;
   for (uint64_t k = 0; k < granule_page_.size(); ++k) {

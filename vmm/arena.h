@@ -218,11 +218,11 @@ class Arena {
   bool BusyElsewhere(uint64_t head, uint64_t length) const;
   // Unmaps mappings made by the Allocate in progress (on its failure). A
   // mapping whose unmap fails stays, made accessible: an idle mapping like
-  // any other, never one without access (if access fails too, it is
-  // forgotten: never handed out, a leak).
+  // any other (if access fails too, it stays in without_access_).
   void UnmapFresh(const std::vector<uint64_t>& heads);
-  // The bookkeeping of an unmap of the mapping at `head`.
-  void ForgetMapping(uint64_t head);
+  // Grants access to the mappings in without_access_ that granules
+  // [first, last] touch; a placement there fails if it cannot.
+  Status GrantAccess(uint64_t first, uint64_t last);
 
   Driver& driver_;
   PagePool& pool_;
@@ -232,7 +232,10 @@ class Arena {
   const uint64_t granularity_;
   std::vector<PageId> granule_page_;       // kNoPage = unmapped
   std::map<uint64_t, uint64_t> mappings_;  // first granule -> granules
-  FreeBlocks free_;                        // over [0, va_bytes_)
+  // Heads of mappings left without access by a failed undo (UnmapFresh):
+  // granted access before any placement over them is handed out.
+  std::set<uint64_t> without_access_;
+  FreeBlocks free_;  // over [0, va_bytes_)
   uint64_t live_bytes_ = 0;
   uint64_t mapped_granules_ = 0;
   uint64_t maps_ = 0;
