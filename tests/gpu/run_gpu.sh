@@ -11,7 +11,8 @@
 #     run(command="tests/gpu/run_gpu.sh run $OUT", carry=[".gpu_pack"],
 #         timeout_s=480)
 #     loom info, the driver's costs, the C++ tests on CUDA (the driver
-#     contract suite included), `loom stress --backend cuda` for 60 s and
+#     contract suite included), `loom stress --backend cuda` for 60 s (and
+#     20 s more with --driver-failures 10) and
 #     PyTorch's hand-over to loom (tests/gpu/python/test_torch_handover_gpu.py)
 #   call 2 (at most 8.5 minutes):
 #     run(command="tests/gpu/run_gpu.sh train $OUT", carry=[".gpu_pack"],
@@ -98,6 +99,7 @@ TRAIN_OPTIONS=(--models llama1b,moe,gpt2_interleaved,llama1b_recompute
 # four models from an earlier H200 run (bench/data/traces/gpu/README.md).
 PLAN_TRACES=bench/data/traces/gpu/h200_auto_2026-11-26
 STRESS_SECONDS=60
+FAILURE_STRESS_SECONDS=20
 # `steptime`'s options, before the caller's.
 STEPTIME_OPTIONS=(--models gpt2_interleaved,llama1b
                   --allocators torch,expandable,loom,loom-chunk1,loom-chunk10
@@ -229,6 +231,21 @@ run() {
   cat "$out/stress_cuda.txt" >> "$summary"
   echo '```' >> "$summary"
   [[ $rc -eq 0 ]] || fail "loom stress --backend cuda: rc $rc: $(head -2 "$out/stress_cuda.txt" | tail -1)"
+  # The same with driver failures (before 10% of allocations one of the
+  # next memory calls fails before it reaches CUDA): the allocator's
+  # recovery paths (undo, access granted to a mapping kept) on the GPU.
+  {
+    echo
+    echo "## loom stress --backend cuda --driver-failures 10 (${FAILURE_STRESS_SECONDS} s)"
+    echo '```'
+  } >> "$summary"
+  timeout $((FAILURE_STRESS_SECONDS + 60)) "$PACK/bin/loom_tool" stress \
+    --backend cuda --seconds "$FAILURE_STRESS_SECONDS" --driver-failures 10 \
+    > "$out/stress_cuda_failures.txt" 2>&1
+  rc=$?
+  grep -v '^loom: undoing' "$out/stress_cuda_failures.txt" >> "$summary"
+  echo '```' >> "$summary"
+  [[ $rc -eq 0 ]] || fail "loom stress --backend cuda --driver-failures 10: rc $rc: $(grep -v '^loom: undoing' "$out/stress_cuda_failures.txt" | head -2 | tail -1)"
   if [[ ${#RUN_PYTHON_TESTS[@]} -gt 0 ]]; then
     echo >> "$summary"
     echo "## Python GPU tests" >> "$summary"
