@@ -60,3 +60,24 @@ def test_cuda_backend_refuses_more_devices_than_present(loom_tool, stub):
     done = stress(loom_tool, "--ops", "10", "--devices", "2", libcuda=stub)
     assert done.returncode == 2
     assert "2 devices asked, 1 present" in done.stderr
+
+
+def test_driver_failures_lose_nothing_on_the_cuda_backend(loom_tool, stub):
+    # Before 10% of the allocations one of the next memory calls fails
+    # before it reaches the (stub) driver: the program goes on past what
+    # fails, and nothing faults, corrupts or is shared.
+    done = stress(loom_tool, "--ops", "1500", "--seconds", "60", "--seed",
+                  "2", "--driver-failures", "10", "--json", libcuda=stub)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["driver_failure_percent"] == 10
+    assert report["driver_failures"] > 0
+    assert report["ok"] and report["faults"] == 0
+    assert report["corrupted"] == 0 and report["invariant_failures"] == 0
+
+
+def test_driver_failures_out_of_range_are_refused(loom_tool, stub):
+    done = stress(loom_tool, "--ops", "10", "--driver-failures", "150",
+                  libcuda=stub)
+    assert done.returncode == 2
+    assert "--driver-failures 150 is not 0-100" in done.stderr
