@@ -9,11 +9,14 @@
 #
 #   bench/stress/run_stress.sh [total seconds, default 600] [seconds per run, default 20]
 #
+# STRESS_EXTRA adds options to every run (e.g. "--driver-failures 10").
+#
 # Builds //cli:loom_tool first, unless LOOM_TOOL names a loom_tool binary.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 TOTAL="${1:-600}"
 EACH="${2:-20}"
+EXTRA="${STRESS_EXTRA:-}"
 OUT="${OUT:-$ROOT/bench/results/stress/runs.jsonl}"
 cd "$ROOT" || exit 1
 if [[ -n "${LOOM_TOOL:-}" ]]; then
@@ -39,10 +42,10 @@ while (( $(date +%s) - start < TOTAL )); do
   for config in "${CONFIGS[@]}"; do
     (( $(date +%s) - start < TOTAL )) || break
     # shellcheck disable=SC2086
-    line="$("$TOOL" stress --backend async --seconds "$EACH" --seed "$seed" $config --json \
+    line="$("$TOOL" stress --backend async --seconds "$EACH" --seed "$seed" $config $EXTRA --json \
             | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))')"
     rc=$?
-    echo "{\"config\": \"${config}\", \"result\": ${line:-null}}" >> "$OUT"
+    echo "{\"config\": \"${config} ${EXTRA}\", \"result\": ${line:-null}}" >> "$OUT"
     [[ $rc -eq 0 ]] || failed=1
     seed=$((seed + 1))
   done
@@ -52,7 +55,8 @@ import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 keys = ["ops", "kernels", "cross_stream_uses", "empty_caches", "ooms",
         "oom_retries", "plans_installed", "plan_hits", "graph_captures",
-        "graph_replays", "faults", "corrupted", "invariant_failures"]
+        "graph_replays", "driver_failures", "faults", "corrupted",
+        "invariant_failures"]
 total = {k: sum((r["result"] or {}).get(k, 0) for r in runs) for k in keys}
 seconds = sum((r["result"] or {}).get("seconds", 0) for r in runs)
 print(f"{len(runs)} runs, {seconds:.0f} s, seeds 1..{len(runs)}")
