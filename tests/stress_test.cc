@@ -24,19 +24,26 @@ struct Case {
 
 class StressTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(StressTest, NoFaultNoCorruptionNoSharedByte) {
-  const Case& c = GetParam();
+// A short run on the async backend: 2,500 operations (the time limit only
+// guards against a hang).
+StressOptions ShortAsyncRun(uint64_t seed) {
   StressOptions o;
   o.backend = "async";
-  o.seed = c.seed;
+  o.seed = seed;
+  o.max_ops = 2500;
+  o.seconds = 120;
+  return o;
+}
+
+TEST_P(StressTest, NoFaultNoCorruptionNoSharedByte) {
+  const Case& c = GetParam();
+  StressOptions o = ShortAsyncRun(c.seed);
   o.streams = c.streams;
   o.threads = c.threads;
   o.devices = c.devices;
   o.cap_bytes = c.cap;
   o.plan = c.plan;
   o.graphs = c.graphs;
-  o.max_ops = 2500;
-  o.seconds = 120;
   StatusOr<StressReport> r = RunStress(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->ok()) << r->Summary();
@@ -75,12 +82,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(StressRegionReuseTest, TheIdleRegionServesUnderQueuedKernels) {
   uint64_t reuses = 0;
   for (uint64_t seed : {3u, 4u}) {
-    StressOptions o;
-    o.backend = "async";
-    o.seed = seed;
+    StressOptions o = ShortAsyncRun(seed);
     o.threads = 1;
-    o.max_ops = 2500;
-    o.seconds = 120;
     StatusOr<StressReport> r = RunStress(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_TRUE(r->ok()) << r->Summary();
@@ -99,11 +102,7 @@ TEST(StressRegionReuseTest, TheIdleRegionServesUnderQueuedKernels) {
 TEST(StressDriverFailureTest, FailuresLoseNothingUnderQueuedKernels) {
   uint64_t failed = 0;
   for (uint64_t seed : {1u, 2u, 3u}) {
-    StressOptions o;
-    o.backend = "async";
-    o.seed = seed;
-    o.max_ops = 2500;
-    o.seconds = 120;
+    StressOptions o = ShortAsyncRun(seed);
     o.driver_failure_percent = 10;
     StatusOr<StressReport> r = RunStress(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
