@@ -85,13 +85,18 @@ void StaticRegion::Unback(
                    undo.ToString());
         continue;
       }
-      // Neither: forgotten below, so that it is never handed out. Its
-      // granules look unbacked, and the driver refuses a mapping over
-      // them: they serve nothing again (a leak, not a fault).
+      // Neither: it stays backed, marked, and the next Back over it grants
+      // access first (or fails), so that it is never handed out without.
       fmt::print(stderr,
                  "loom: undoing a static mapping failed: {}; granting it "
-                 "access failed: {}; granules {}..{} are given up\n",
+                 "access failed: {}; granules {}..{} stay mapped without "
+                 "access\n",
                  undo.ToString(), access.ToString(), first, first + count - 1);
+      for (uint32_t k = first; k < first + count; ++k) {
+        granules_[k].no_access = true;
+      }
+      no_access_granules_ += count;
+      continue;
     }
     for (uint32_t k = first; k < first + count; ++k) {
       Page& page = pool_.page(granules_[k].page);
@@ -169,8 +174,29 @@ Status StaticRegion::Back(uint64_t offset, uint64_t size, PageSource& source,
         driver_.SetAccess(base_ + lo * granularity_, (hi - lo) * granularity_,
                           device_, pool_.peers());
   }
+  if (status.ok() && no_access_granules_ > 0) [[unlikely]] {
+    status = GrantAccess(first, last);
+  }
   if (!status.ok()) Unback(mapped);
   return status;
+}
+
+Status StaticRegion::GrantAccess(uint32_t first, uint32_t last) {
+  for (uint32_t k = first; k <= last; ++k) {
+    if (!granules_[k].no_access) continue;
+    // The whole stretch: whole mappings, past the range if need be.
+    uint32_t lo = k;
+    while (lo > 0 && granules_[lo - 1].no_access) --lo;
+    uint32_t hi = k + 1;
+    while (hi < granule_count() && granules_[hi].no_access) ++hi;
+    LOOM_RETURN_IF_ERROR(driver_.SetAccess(base_ + lo * granularity_,
+                                           (hi - lo) * granularity_, device_,
+                                           pool_.peers()));
+    for (uint32_t j = lo; j < hi; ++j) granules_[j].no_access = false;
+    no_access_granules_ -= hi - lo;
+    k = hi - 1;
+  }
+  return OkStatus();
 }
 
 std::vector<std::pair<DevicePtr, uint64_t>> StaticRegion::MappedRanges() const {
@@ -266,8 +292,15 @@ void StaticRegion::Release(uint64_t offset, uint64_t size, const FreeTag& tag) {
 
 void StaticRegion::CheckInvariants() const {
   uint64_t live_bytes = 0, backed_unused = 0;
+  uint32_t no_access = 0;
   for (uint32_t k = 0; k < granules_.size(); ++k) {
     const Granule& granule = granules_[k];
+    if (granule.no_access) {
+      ++no_access;
+      LOOM_CHECK(
+          granule.page != kNoPage && !granule.full && granule.partial.empty(),
+          "static granule {} without access is unbacked or live", k);
+    }
     if (granule.page != kNoPage && !granule.used) ++backed_unused;
     LOOM_CHECK(granule.used || (!granule.full && granule.partial.empty()));
     const auto& live = granule.partial;

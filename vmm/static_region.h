@@ -105,8 +105,8 @@ class StaticRegion {
   // holds for every page behind it and the bytes [lo, hi) of it the range
   // covers (not lent to the arena, no other stream's unfinished work there).
   // The hot path of every planned request. kNeedsBacking: occupied, but a
-  // granule of it has no page yet: the caller must Back the range (or
-  // Release it) before handing it out.
+  // granule of it has no page yet (or no access): the caller must Back the
+  // range (or Release it) before handing it out.
   enum class Occupied : uint8_t { kNo, kYes, kNeedsBacking };
   template <typename PageOk>
   Occupied TryOccupy(uint64_t offset, uint64_t size, PageOk&& page_ok);
@@ -134,6 +134,9 @@ class StaticRegion {
     PageId page = kNoPage;  // kNoPage: not backed yet
     bool full = false;      // one live allocation covers the whole granule
     bool used = false;      // a static allocation occupied it at least once
+    // Mapped without access: a failed Back's undo could neither unmap it
+    // nor grant access. Never handed out before Back grants access.
+    bool no_access = false;
     // Live static pieces covering part of the granule, [lo, hi) in bytes.
     std::vector<std::pair<uint32_t, uint32_t>> partial;
   };
@@ -142,9 +145,11 @@ class StaticRegion {
   // Unmaps the mappings made by Back, (first granule, pages) each (its
   // undo). A mapping whose unmap fails stays backed, made accessible (as
   // granules backed ahead are), so that no mapping without access is ever
-  // handed out (if access fails too, it is forgotten: never handed out, a
-  // leak).
+  // handed out; if access fails too, its granules are marked no_access.
   void Unback(const std::vector<std::pair<uint32_t, uint32_t>>& runs);
+  // Grants access to the no_access granules of [first, last], each stretch
+  // of them whole (whole mappings). REQUIRES: no_access_granules_ > 0.
+  Status GrantAccess(uint32_t first, uint32_t last);
 
   Driver& driver_;
   PagePool& pool_;
@@ -156,6 +161,7 @@ class StaticRegion {
   uint64_t backed_granules_ = 0;
   uint64_t backed_unused_granules_ = 0;  // backed, !used
   uint32_t backed_extent_ = 0;
+  uint32_t no_access_granules_ = 0;
   const int device_;
 };
 
@@ -189,6 +195,8 @@ StaticRegion::Occupied StaticRegion::TryOccupy(uint64_t offset, uint64_t size,
       unbacked = true;
     } else if (!page_ok(pool_.page(granule.page), lo, hi)) {
       return Occupied::kNo;
+    } else if (granule.no_access) [[unlikely]] {
+      unbacked = true;  // Back grants it access
     }
   }
   for (uint64_t k = first; k <= last; ++k) {
@@ -225,7 +233,7 @@ std::vector<std::pair<uint64_t, uint64_t>> StaticRegion::FreeBackedRanges(
   std::vector<std::pair<uint32_t, uint32_t>> pieces;
   for (uint32_t k = 0; k < backed_extent_; ++k) {
     const Granule& granule = granules_[k];
-    if (granule.page == kNoPage || granule.full ||
+    if (granule.page == kNoPage || granule.full || granule.no_access ||
         !usable(pool_.page(granule.page)))
       continue;
     const uint64_t base = static_cast<uint64_t>(k) << shift_;

@@ -261,6 +261,48 @@ TEST_F(StaticRegionTest, AFailedBackingMapsNothing) {
   EXPECT_EQ(driver_.contract_counts().mappings, 4u);
 }
 
+TEST_F(StaticRegionTest, AMappingLeftWithoutAccessGetsItBeforeItIsHandedOut) {
+  region_ = std::move(StaticRegion::Create(driver_, pool_, 0, kRegion)).value();
+  std::vector<PageId> pages = Pages(2);
+  // The backing's set-access fails, the undo cannot unmap the first page,
+  // and the set-access that would keep it backed fails too.
+  driver_.InjectFailure(DriverOp::kSetAccess, 1, InternalError("injected"));
+  driver_.InjectFailure(DriverOp::kSetAccess, 2, InternalError("injected"));
+  driver_.InjectFailure(DriverOp::kUnmap, 1, InternalError("injected"));
+  ASSERT_EQ(region_->TryOccupy(0, 2 * kG, AnyPage),
+            StaticRegion::Occupied::kNeedsBacking);
+  FixedSource first(pool_, pages);
+  EXPECT_EQ(region_->Back(0, 2 * kG, first).code(), StatusCode::kInternal);
+  region_->Release(0, 2 * kG, FreeTag{});
+  // It stays backed, marked: not offered as idle backed bytes, and a
+  // hand-out over it needs backing (access) first.
+  EXPECT_EQ(region_->backed_bytes(), kG);
+  EXPECT_EQ(driver_.Memset(region_->base(), 0, kG).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(
+      region_->FreeBackedRanges([](const Page&) { return true; }).empty());
+  region_->CheckInvariants();
+  ASSERT_EQ(region_->TryOccupy(0, kG, AnyPage),
+            StaticRegion::Occupied::kNeedsBacking);
+  // Access cannot be granted: the hand-out fails.
+  driver_.InjectFailure(DriverOp::kSetAccess, 1, InternalError("injected"));
+  FixedSource none(pool_, {});
+  EXPECT_EQ(region_->Back(0, kG, none).code(), StatusCode::kInternal);
+  region_->Release(0, kG, FreeTag{});
+  region_->CheckInvariants();
+  // Now it can: no new page, one set-access, and the memory is usable.
+  ASSERT_EQ(region_->TryOccupy(0, kG, AnyPage),
+            StaticRegion::Occupied::kNeedsBacking);
+  const uint64_t maps = driver_.calls(DriverOp::kMap);
+  ASSERT_TRUE(region_->Back(0, kG, none).ok());
+  EXPECT_EQ(driver_.calls(DriverOp::kMap), maps);
+  EXPECT_TRUE(driver_.Memset(region_->base(), 0, kG).ok());
+  region_->Release(0, kG, FreeTag{});
+  region_->CheckInvariants();
+  ASSERT_EQ(region_->TryOccupy(0, kG, AnyPage), StaticRegion::Occupied::kYes);
+  region_->Release(0, kG, FreeTag{});
+}
+
 TEST_F(StaticRegionTest, TryOccupyIsTheSafetyCheck) {
   CreateBacked(4);
   // A spans granule 0 and 512 bytes of granule 1.
