@@ -72,6 +72,32 @@ TEST(AllocatorPlansTest, AForeignPlanIsSuspendedAndItsIdlePagesServeTheArena) {
   a->CheckInvariants();
 }
 
+// Installing a plan mid-run unmaps the arena's idle mappings and reserves
+// the region: a driver failure in either refuses the plan and changes
+// nothing, the run goes on unplanned, and a later install works.
+TEST(AllocatorPlansTest, APlanInstallTheDriverFailsChangesNothing) {
+  auto d = Host();
+  auto a = Make(*d);
+  RunStack(*a, *d, kG, 64, 0);  // unplanned: the arena maps, then idles
+  const uint64_t reserved = a->stats().reserved_bytes.current;
+  for (DriverOp op : {DriverOp::kUnmap, DriverOp::kReserve}) {
+    SCOPED_TRACE(DriverOpName(op));
+    d->InjectFailure(op, 1, InternalError("injected"));
+    EXPECT_EQ(a->LoadPlan(StackPlan(kG, 64)).code(), StatusCode::kInternal);
+    d->ClearFailures();
+    EXPECT_EQ(a->plan_variants(), 0u);
+    EXPECT_EQ(a->stats().reserved_bytes.current, reserved);
+    a->CheckInvariants();
+    RunStack(*a, *d, kG, 64, 1);  // still served, from the same memory
+    EXPECT_EQ(a->stats().plan_hits, 0u);
+    EXPECT_EQ(a->stats().reserved_bytes.current, reserved);
+  }
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG, 64)).ok());
+  RunStack(*a, *d, kG, 64, 2);
+  EXPECT_EQ(a->stats().plan_hits, 64u);
+  a->CheckInvariants();
+}
+
 TEST(AllocatorPlansTest, VariantsServeTheirShapesWithoutDriverCalls) {
   auto d = Host();
   auto a = Make(*d);
