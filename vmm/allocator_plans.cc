@@ -145,21 +145,6 @@ Status Allocator::AddPlanVariant(RuntimePlan plan, bool never_raise_peak) {
           "a plan variant with the same {} requests is installed", mine.size());
     }
   }
-  if (variants_.size() >= kMaxVariants) {
-    // The variant unused the longest goes (its windows' learned lifetimes
-    // with it).
-    auto oldest = std::min_element(
-        variants_.begin(), variants_.end(), [&](const auto& a, const auto& b) {
-          return (a.get() == active_ ? UINT64_MAX : a->last_used) <
-                 (b.get() == active_ ? UINT64_MAX : b->last_used);
-        });
-    for (const DynamicWindow& w : (*oldest)->plan.windows) {
-      lifetimes_.erase(&w);
-      window_cursors_.erase(&w);
-    }
-    if (window_ != nullptr) FindWindow();
-    variants_.erase(oldest);
-  }
   if (never_raise_peak) {
     // Judged before anything changes (the idle arena mappings are not
     // unmapped for a variant that is refused). Memory held now or before
@@ -184,6 +169,21 @@ Status Allocator::AddPlanVariant(RuntimePlan plan, bool never_raise_peak) {
     }
   }
   LOOM_RETURN_IF_ERROR(FreeIdleArenaPages());
+  // Only now, with nothing left to refuse or fail: a full set loses the
+  // variant unused the longest (its windows' learned lifetimes with it).
+  if (variants_.size() >= kMaxVariants) {
+    auto oldest = std::min_element(
+        variants_.begin(), variants_.end(), [&](const auto& a, const auto& b) {
+          return (a.get() == active_ ? UINT64_MAX : a->last_used) <
+                 (b.get() == active_ ? UINT64_MAX : b->last_used);
+        });
+    for (const DynamicWindow& w : (*oldest)->plan.windows) {
+      lifetimes_.erase(&w);
+      window_cursors_.erase(&w);
+    }
+    if (window_ != nullptr) FindWindow();
+    variants_.erase(oldest);
+  }
   variants_.push_back(std::make_unique<Variant>(std::move(plan), granularity_));
   active_ = variants_.back().get();
   // A re-plan gets its chance even after a plan lost: judged afresh.

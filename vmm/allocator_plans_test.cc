@@ -98,6 +98,27 @@ TEST(AllocatorPlansTest, APlanInstallTheDriverFailsChangesNothing) {
   a->CheckInvariants();
 }
 
+// A variant that is refused (it would raise the peak) changes nothing, as
+// AddPlanVariant promises: with the set full, the oldest variant stays (it
+// used to go first, refused or not).
+TEST(AllocatorPlansTest, ARefusedVariantEvictsNone) {
+  auto d = Host();
+  auto a = Make(*d);
+  ASSERT_TRUE(a->LoadPlan(StackPlan(kG, 1)).ok());
+  for (int n = 2; a->plan_variants() < Allocator::kMaxVariants; ++n) {
+    ASSERT_TRUE(a->AddPlanVariant(StackPlan(kG, n)).ok());
+  }
+  // 400 granules: far more than loom has ever held.
+  EXPECT_EQ(
+      a->AddPlanVariant(StackPlan(kG, 400), /*never_raise_peak=*/true).code(),
+      StatusCode::kOutOfMemory);
+  EXPECT_EQ(a->plan_variants(), Allocator::kMaxVariants);
+  // The oldest (the plan first loaded) is still there.
+  EXPECT_EQ(a->AddPlanVariant(StackPlan(kG, 1)).code(),
+            StatusCode::kAlreadyExists);
+  a->CheckInvariants();
+}
+
 TEST(AllocatorPlansTest, VariantsServeTheirShapesWithoutDriverCalls) {
   auto d = Host();
   auto a = Make(*d);
