@@ -106,7 +106,10 @@ class Allocator {
   // need more than the most loom has held so far (its own iteration, served
   // dynamically, included; VariantHeldBytes), by more than one granule (its
   // range rounds up to whole granules), would raise loom's peak rather
-  // than lower it: OUT_OF_MEMORY, nothing changes (a re-plan never hurts).
+  // than lower it: OUT_OF_MEMORY, and no variant changes (a re-plan never
+  // hurts); if the installed plans are suspended (they did not fit the
+  // iteration just ended), they are marked as lost until a variant is
+  // installed (the referee's Forfeit).
   Status AddPlanVariant(RuntimePlan plan, bool never_raise_peak = false);
   // Removes every plan and gives the static region's pages back to the
   // dynamic space (after waiting for the work that may still use them).
