@@ -98,9 +98,9 @@ TEST(AllocatorPlansTest, APlanInstallTheDriverFailsChangesNothing) {
   a->CheckInvariants();
 }
 
-// A variant that is refused (it would raise the peak) changes nothing, as
-// AddPlanVariant promises: with the set full, the oldest variant stays (it
-// used to go first, refused or not).
+// A variant that is refused (it would raise the peak) leaves the variants
+// as they were, as AddPlanVariant promises: with the set full, the oldest
+// stays (it used to go first, refused or not).
 TEST(AllocatorPlansTest, ARefusedVariantEvictsNone) {
   auto d = Host();
   auto a = Make(*d);
