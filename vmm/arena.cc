@@ -187,25 +187,22 @@ void Arena::UnmapFresh(const std::vector<uint64_t>& heads) {
   for (uint64_t head : heads) {
     Status undo = UnmapMapping(head);
     if (undo.ok()) continue;
-    // The mapping stays (UnmapMapping changed nothing): with access it is
-    // an idle mapping like any other.
+    // The mapping stays (UnmapMapping changed nothing). Granted access now,
+    // it is an idle mapping like any other; if the driver refuses, it stays
+    // noted, and the next placement over it grants access first (or fails),
+    // so that it is never handed out without.
+    without_access_.insert(head);
+    Status access = GrantAccess(head, head);
     const uint64_t length = mappings_.at(head);
-    Status access =
-        driver_.SetAccess(base_ + head * granularity_, length * granularity_,
-                          device_, pool_.peers());
     if (access.ok()) {
       fmt::print(stderr, "loom: undoing a mapping failed: {}; it stays\n",
                  undo.ToString());
-      continue;
+    } else {
+      fmt::print(stderr,
+                 "loom: undoing a mapping failed: {}; granting it access "
+                 "failed: {}; granules {}..{} stay mapped without access\n",
+                 undo.ToString(), access.ToString(), head, head + length - 1);
     }
-    // Neither: it stays without access, noted, and the next placement
-    // over it grants access first (or fails), so that it is never handed
-    // out without.
-    fmt::print(stderr,
-               "loom: undoing a mapping failed: {}; granting it access "
-               "failed: {}; granules {}..{} stay mapped without access\n",
-               undo.ToString(), access.ToString(), head, head + length - 1);
-    without_access_.insert(head);
   }
 }
 

@@ -74,28 +74,28 @@ void StaticRegion::Unback(
     Status undo =
         driver_.Unmap(base_ + first * granularity_, count * granularity_);
     if (!undo.ok()) {
-      // The mapping stays: with access, its granules are backed ahead of
-      // use, as Back leaves granules past a request.
-      Status access =
-          driver_.SetAccess(base_ + first * granularity_, count * granularity_,
-                            device_, pool_.peers());
-      if (access.ok()) {
-        fmt::print(stderr,
-                   "loom: undoing a static mapping failed: {}; it stays\n",
-                   undo.ToString());
-        continue;
-      }
-      // Neither: it stays backed, marked, and the next Back over it grants
-      // access first (or fails), so that it is never handed out without.
-      fmt::print(stderr,
-                 "loom: undoing a static mapping failed: {}; granting it "
-                 "access failed: {}; granules {}..{} stay mapped without "
-                 "access\n",
-                 undo.ToString(), access.ToString(), first, first + count - 1);
+      // The mapping stays backed. Granted access now, its granules are
+      // backed ahead of use, as Back leaves granules past a request; if the
+      // driver refuses, they stay marked, and the next Back over them
+      // grants access first (or fails), so that they are never handed out
+      // without.
       for (uint32_t k = first; k < first + count; ++k) {
         granules_[k].no_access = true;
       }
       no_access_granules_ += count;
+      Status access = GrantAccess(first, first + count - 1);
+      if (access.ok()) {
+        fmt::print(stderr,
+                   "loom: undoing a static mapping failed: {}; it stays\n",
+                   undo.ToString());
+      } else {
+        fmt::print(stderr,
+                   "loom: undoing a static mapping failed: {}; granting it "
+                   "access failed: {}; granules {}..{} stay mapped without "
+                   "access\n",
+                   undo.ToString(), access.ToString(), first,
+                   first + count - 1);
+      }
       continue;
     }
     for (uint32_t k = first; k < first + count; ++k) {
@@ -333,6 +333,7 @@ void StaticRegion::CheckInvariants() const {
   }
   LOOM_CHECK_EQ(live_bytes, occupied_bytes_);
   LOOM_CHECK_EQ(backed_unused, backed_unused_granules_);
+  LOOM_CHECK_EQ(no_access, no_access_granules_);
 }
 
 }  // namespace loom::vmm
